@@ -1,0 +1,151 @@
+"""The `pypto-lab` command: `tour` (the main job of `make demo`), `chips`, `matmul`, `vector`,
+`calibrate`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .fileio import write_json_atomic
+from .hw.chip import ChipConfigError, get_chip, list_chips
+from .hw.kernels import VECTOR_OPS, simulate_matmul, simulate_vector
+from .hw.tiling import TilingError
+
+SWEEP = [(256, 256, 256), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
+         (8192, 8192, 8192), (128, 4096, 128), (4096, 64, 4096), (16384, 1024, 1024)]
+
+
+def _table(headers: list[str], rows: list[list], aligns: str | None = None) -> str:
+    cells = [[str(c) for c in r] for r in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
+    aligns = aligns or "l" + "r" * (len(headers) - 1)
+
+    def fmt(row):
+        return "  ".join(c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(row, widths, aligns))
+
+    return "\n".join([fmt(headers), fmt(["-" * w for w in widths])] + [fmt(r) for r in cells])
+
+
+def chip_table() -> str:
+    rows = []
+    for name in list_chips():
+        c = get_chip(name)
+        b = c.buffers
+        rows.append([
+            name, c.core_version, c.cube_cores, c.vector_cores, f"{c.clock_mhz:.0f}",
+            f"{c.peak_tflops('fp16'):.1f}", f"{c.peak_tflops('int8'):.1f}", f"{c.hbm_gbps:.0f}",
+            f"{c.l2_bytes / 2**20:.0f}",
+            f"{b['L1'].size_bytes // 1024}/{b['L0A'].size_bytes // 1024}/{b['L0B'].size_bytes // 1024}/"
+            f"{b['L0C'].size_bytes // 1024}/{b['UB'].size_bytes // 1024}",
+        ])
+    return _table(["chip", "core", "AIC", "vec", "MHz", "fp16 TFLOPS", "int8 TOPS", "HBM GB/s", "L2 MB",
+                   "L1/L0A/L0B/L0C/UB KB"], rows, "ll" + "r" * 8)
+
+
+def matmul_sweep(chip: str, shapes=SWEEP, dtype: str = "fp16") -> str:
+    rows = []
+    for m, k, n in shapes:
+        r = simulate_matmul(m, k, n, dtype=dtype, chip=chip)
+        rows.append([f"{m}x{k}x{n}", f"{r.cycles:,.0f}", f"{r.time_us:,.1f}", f"{r.tflops:.1f}",
+                     f"{100 * r.cube_utilization:.1f}%", r.bound, str(get_tile_text(r))])
+    return _table(["shape (MxKxN)", "cycles", "time us", "TFLOPS", "cube util", "bound", "tile"], rows,
+                  "lrrrrll")
+
+
+def get_tile_text(report) -> str:
+    t = report.tile
+    return f"m[{t['m_l0']},{t['m_l1']}] k[{t['k_l0']},{t['k_l1']}] n[{t['n_l0']},{t['n_l1']}]"
+
+
+def cmd_tour(args) -> int:
+    print("pypto_lab tour: the simulated Ascend chips (every figure below comes from the simulator)\n")
+    print(chip_table())
+    for chip in args.chips or list_chips():
+        print(f"\n{chip}: fp16 matmul sweep (peak {get_chip(chip).peak_tflops('fp16'):.1f} TFLOPS)")
+        print(matmul_sweep(chip))
+    return 0
+
+
+def cmd_chips(args) -> int:
+    print(chip_table())
+    return 0
+
+
+def cmd_matmul(args) -> int:
+    r = simulate_matmul(args.m, args.k, args.n, dtype=args.dtype, chip=args.chip,
+                        double_buffer=not args.no_double_buffer)
+    _print_report(r, args.json)
+    return 0
+
+
+def cmd_vector(args) -> int:
+    r = simulate_vector(args.op, args.numel, dtype=args.dtype, chip=args.chip, row_len=args.row_len,
+                        double_buffer=not args.no_double_buffer)
+    _print_report(r, args.json)
+    return 0
+
+
+def _print_report(r, json_path) -> None:
+    print(f"{r.name} on {r.chip} ({r.dtype}), tile {r.tile}, double buffer {r.double_buffer}")
+    print(f"  cycles {r.cycles:,.0f}  time {r.time_us:,.2f} us  {r.tflops:.2f} TFLOPS  bound: {r.bound}")
+    print(f"  cube utilisation {100 * r.cube_utilization:.1f}%  vector utilisation {100 * r.vector_utilization:.1f}%")
+    print("  pipe busy (busiest core): " + ", ".join(f"{k} {v:,.0f}" for k, v in r.pipe_busy.items() if v))
+    print("  buffer peak per core: " + ", ".join(f"{k} {v / 1024:.1f} KB" for k, v in r.buffer_peak.items()))
+    if json_path:
+        write_json_atomic(json_path, r.to_dict())
+        print(f"  wrote {json_path}")
+
+
+def cmd_calibrate(args) -> int:
+    from .hw.calibration import calibrate, format_calibration
+
+    chip = get_chip(args.chip)
+    result = calibrate(chip)
+    print(f"calibration of {chip.name} against datasets/calibration/ascend_mskpp_microbench.csv")
+    print(format_calibration(result))
+    if args.json:
+        write_json_atomic(args.json, result)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pypto-lab", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("tour", help="chip summaries and a matmul sweep on every chip")
+    t.add_argument("--chips", nargs="*", help="limit to these chips")
+    t.set_defaults(func=cmd_tour)
+    sub.add_parser("chips", help="the chip presets").set_defaults(func=cmd_chips)
+    mm = sub.add_parser("matmul", help="simulate one matmul")
+    mm.add_argument("m", type=int)
+    mm.add_argument("k", type=int)
+    mm.add_argument("n", type=int)
+    vc = sub.add_parser("vector", help="simulate one vector kernel")
+    vc.add_argument("op", choices=sorted(VECTOR_OPS))
+    vc.add_argument("numel", type=int)
+    vc.add_argument("--row-len", type=int)
+    for q in (mm, vc):
+        q.add_argument("--chip", default="Ascend910B1")
+        q.add_argument("--dtype", default="fp16")
+        q.add_argument("--no-double-buffer", action="store_true")
+        q.add_argument("--json", help="also write the report as JSON")
+    mm.set_defaults(func=cmd_matmul)
+    vc.set_defaults(func=cmd_vector)
+    c = sub.add_parser("calibrate", help="compare the model with the measured micro-benchmarks")
+    c.add_argument("--chip", required=True)
+    c.add_argument("--json", help="write {table/path/dtypes: {rows, mape, max_ape}} to this file")
+    c.set_defaults(func=cmd_calibrate)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ChipConfigError, TilingError, ValueError, KeyError) as exc:
+        print(f"pypto-lab: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,381 @@
+"""Chips as data: the frozen dataclasses a chip preset (TOML) is loaded into, and their loader.
+
+A preset names every constant of the model together with its public source. The simulator
+reads nothing but these objects, so a user can copy a preset, change one number and rerun.
+
+Each constant in a preset is written either as a plain value or as
+``key = { value = ..., source = "..." }``; the shipped presets use the second form everywhere
+(a test checks it). Unknown keys, missing keys and impossible values raise `ChipConfigError`
+naming the file, the key and the value.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+PRESET_DIR = Path(__file__).with_name("presets")
+
+# Pipes of one AI Core, in the order the simulator numbers them.
+PIPES = ("MTE1", "MTE2", "MTE3", "FIXP", "CUBE", "VECTOR", "SCALAR")
+PIPE_INDEX = {name: i for i, name in enumerate(PIPES)}
+
+BUFFER_NAMES = ("L1", "L0A", "L0B", "L0C", "UB", "BT", "FB")
+CORE_VERSIONS = ("AIC-C-100", "AIC-C-220", "AIC-M-200")
+
+DTYPE_BYTES = {
+    "fp32": 4, "fp16": 2, "bf16": 2, "int8": 1, "int16": 2, "int32": 4, "int4": 0.5,
+    "uint8": 1, "uint16": 2, "uint32": 4, "int64": 8, "uint64": 8,
+}
+
+
+class ChipConfigError(ValueError):
+    """A chip preset is malformed: unknown key, missing key or impossible value."""
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """An on-chip buffer of one AI Core (L1, L0A, L0B, L0C, UB, BT, FB)."""
+
+    name: str
+    size_bytes: int
+    align_bytes: int
+
+
+@dataclass(frozen=True)
+class DataPath:
+    """One way data moves between memory levels, carried by one pipe.
+
+    ``bytes_per_cycle`` is the steady-state rate of one core, ``startup_cycles`` the fixed
+    latency every instruction pays before data flows.
+    """
+
+    name: str
+    src: str
+    dst: str
+    pipe: str
+    bytes_per_cycle: float
+    startup_cycles: float
+
+    def cycles(self, nbytes: float, rate_cap: float | None = None) -> float:
+        rate = self.bytes_per_cycle if rate_cap is None else min(self.bytes_per_cycle, rate_cap)
+        return self.startup_cycles + nbytes / rate
+
+
+@dataclass(frozen=True)
+class CubeUnit:
+    """The Cube: one fractal per cycle; fractal shapes (m0, k0, n0) per input dtype."""
+
+    startup_cycles: float
+    fractals: Mapping[str, tuple[int, int, int]]
+    accumulator: Mapping[str, str]
+
+    def supports(self, dtype: str) -> bool:
+        return dtype in self.fractals
+
+    def macs_per_cycle(self, dtype: str) -> int:
+        m0, k0, n0 = self.fractals[dtype]
+        return m0 * k0 * n0
+
+
+@dataclass(frozen=True)
+class VectorTiming:
+    """Cost of one vector instruction over ``repeats`` repeats of 256 B:
+    ``max(min_cycles, startup_cycles + repeats * cycles_per_repeat)``."""
+
+    cycles_per_repeat: float
+    startup_cycles: float
+    min_cycles: float
+
+    def cycles(self, repeats: float) -> float:
+        return max(self.min_cycles, self.startup_cycles + repeats * self.cycles_per_repeat)
+
+
+@dataclass(frozen=True)
+class VectorUnit:
+    """The Vector unit: 256 B per repeat, a timing per (instruction, dtypes)."""
+
+    repeat_bytes: int
+    max_repeats: int
+    instructions: Mapping[str, Mapping[str, VectorTiming]]
+
+    def timing(self, instr: str, dtypes: str) -> VectorTiming:
+        table = self.instructions.get(instr)
+        if table is None:
+            known = ", ".join(sorted(self.instructions))
+            raise KeyError(f"vector instruction {instr!r} is not in this chip's table; known: {known}")
+        if dtypes in table:
+            return table[dtypes]
+        # fall back to the entry whose first operand dtype matches, then to any entry
+        first = dtypes.split("_")[0] if dtypes else ""
+        for key, value in table.items():
+            if key.split("_")[0] == first:
+                return value
+        return next(iter(table.values()))
+
+
+@dataclass(frozen=True)
+class Chip:
+    """One Ascend chip: cores, clocks, buffers, data paths, Cube and Vector units, memory system."""
+
+    name: str
+    core_version: str
+    cube_cores: int
+    vector_cores: int
+    split_cores: bool
+    clock_mhz: float
+    hbm_gbps: float
+    hbm_bytes: int
+    l2_bytes: int
+    l2_gbps: float
+    buffers: Mapping[str, Buffer]
+    paths: Mapping[str, DataPath]
+    cube: CubeUnit
+    vector: VectorUnit
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    path: str = field(default="", compare=False, repr=False)
+
+    # ---- derived figures -------------------------------------------------------------
+    @property
+    def clock_hz(self) -> float:
+        return self.clock_mhz * 1e6
+
+    def peak_tflops(self, dtype: str = "fp16") -> float:
+        """Cube peak in TFLOPS (int8: TOPS): cores x MACs/cycle x 2 x clock."""
+        if not self.cube.supports(dtype):
+            return 0.0
+        return self.cube_cores * self.cube.macs_per_cycle(dtype) * 2 * self.clock_hz / 1e12
+
+    def hbm_bytes_per_cycle(self) -> float:
+        return self.hbm_gbps * 1e9 / self.clock_hz
+
+    def l2_bytes_per_cycle(self) -> float:
+        return self.l2_gbps * 1e9 / self.clock_hz
+
+    def cycles_to_us(self, cycles: float) -> float:
+        return cycles / self.clock_mhz
+
+    def buffer(self, name: str) -> Buffer:
+        try:
+            return self.buffers[name]
+        except KeyError:
+            raise KeyError(f"{self.name} has no buffer {name!r}; it has {', '.join(self.buffers)}") from None
+
+    def data_path(self, name: str) -> DataPath:
+        try:
+            return self.paths[name]
+        except KeyError:
+            raise KeyError(f"{self.name} has no data path {name!r}; it has {', '.join(self.paths)}") from None
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "core_version": self.core_version,
+            "cube_cores": self.cube_cores,
+            "vector_cores": self.vector_cores,
+            "clock_mhz": self.clock_mhz,
+            "peak_fp16_tflops": round(self.peak_tflops("fp16"), 1),
+            "peak_int8_tops": round(self.peak_tflops("int8"), 1),
+            "hbm_gbps": self.hbm_gbps,
+            "l2_mb": self.l2_bytes / 2**20,
+            "buffers_kb": {k: b.size_bytes / 1024 for k, b in self.buffers.items()},
+        }
+
+
+# ---- loading --------------------------------------------------------------------------
+
+_CHIP_KEYS = {
+    "name": str, "core_version": str, "cube_cores": int, "vector_cores": int,
+    "split_cores": bool, "clock_mhz": float, "hbm_gbps": float, "hbm_bytes": int,
+    "l2_bytes": int, "l2_gbps": float,
+}
+_BUFFER_KEYS = {"size_bytes": int, "align_bytes": int}
+_PATH_KEYS = {"src": str, "dst": str, "pipe": str, "bytes_per_cycle": float, "startup_cycles": float}
+_CUBE_KEYS = {"startup_cycles": float, "fractals": dict, "accumulator": dict}
+_VECTOR_KEYS = {"repeat_bytes": int, "max_repeats": int, "instructions": dict}
+_TIMING_KEYS = {"cycles_per_repeat": float, "startup_cycles": float, "min_cycles": float}
+_TOP_KEYS = {"chip", "buffers", "paths", "cube", "vector", "calibration"}
+
+
+class _Reader:
+    """Reads one preset, unwrapping ``{value, source}`` and remembering the sources."""
+
+    def __init__(self, file: str):
+        self.file = file
+        self.sources: dict[str, str] = {}
+
+    def fail(self, key: str, value: Any, rule: str) -> ChipConfigError:
+        return ChipConfigError(f"{self.file}: key '{key}' = {value!r}: {rule}")
+
+    def unwrap(self, key: str, raw: Any) -> Any:
+        if isinstance(raw, dict) and "value" in raw:
+            extra = set(raw) - {"value", "source", "note"}
+            if extra:
+                raise self.fail(key, raw, f"unknown field(s) {sorted(extra)}; allowed: value, source, note")
+            if "source" in raw:
+                self.sources[key] = str(raw["source"])
+            return raw["value"]
+        return raw
+
+    def section(self, prefix: str, table: Any, schema: dict[str, type], optional: set[str] = frozenset()):
+        if not isinstance(table, dict):
+            raise self.fail(prefix, table, "must be a table")
+        unknown = set(table) - set(schema)
+        if unknown:
+            k = sorted(unknown)[0]
+            raise self.fail(f"{prefix}.{k}", table[k], f"unknown key; allowed keys: {', '.join(schema)}")
+        out = {}
+        for key, typ in schema.items():
+            full = f"{prefix}.{key}"
+            if key not in table:
+                if key in optional:
+                    continue
+                raise self.fail(full, None, "missing key; add it (see the shipped presets for an example)")
+            value = self.unwrap(full, table[key])
+            out[key] = self.check_type(full, value, typ)
+        return out
+
+    def check_type(self, key: str, value: Any, typ: type) -> Any:
+        if typ is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise self.fail(key, value, "must be a number")
+            value = float(value)
+            if not math.isfinite(value):
+                raise self.fail(key, value, "must be finite")
+        elif typ is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise self.fail(key, value, "must be an integer")
+        elif typ is bool:
+            if not isinstance(value, bool):
+                raise self.fail(key, value, "must be true or false")
+        elif not isinstance(value, typ):
+            raise self.fail(key, value, f"must be a {typ.__name__}")
+        return value
+
+    def positive(self, key: str, value: float, allow_zero: bool = False):
+        if value < 0 or (value == 0 and not allow_zero):
+            rule = "must be >= 0" if allow_zero else "must be > 0"
+            raise self.fail(key, value, f"impossible value: {rule}")
+
+
+def load_chip(path: str | Path) -> Chip:
+    """Load and validate a chip preset file."""
+    path = Path(path)
+    r = _Reader(str(path))
+    try:
+        with open(path, "rb") as fh:
+            doc = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ChipConfigError(f"{path}: not valid TOML: {exc}") from exc
+    unknown = set(doc) - _TOP_KEYS
+    if unknown:
+        k = sorted(unknown)[0]
+        raise r.fail(k, doc[k], f"unknown section; allowed: {', '.join(sorted(_TOP_KEYS))}")
+    for sec in ("chip", "buffers", "paths", "cube", "vector"):
+        if sec not in doc:
+            raise r.fail(sec, None, "missing section")
+
+    c = r.section("chip", doc["chip"], _CHIP_KEYS)
+    if c["core_version"] not in CORE_VERSIONS:
+        raise r.fail("chip.core_version", c["core_version"], f"must be one of {', '.join(CORE_VERSIONS)}")
+    for key in ("cube_cores", "clock_mhz", "hbm_gbps", "hbm_bytes", "l2_bytes", "l2_gbps"):
+        r.positive(f"chip.{key}", c[key])
+    r.positive("chip.vector_cores", c["vector_cores"], allow_zero=True)
+
+    buffers = {}
+    for name, table in doc["buffers"].items():
+        if name not in BUFFER_NAMES:
+            raise r.fail(f"buffers.{name}", table, f"unknown buffer; allowed: {', '.join(BUFFER_NAMES)}")
+        b = r.section(f"buffers.{name}", table, _BUFFER_KEYS)
+        r.positive(f"buffers.{name}.size_bytes", b["size_bytes"])
+        r.positive(f"buffers.{name}.align_bytes", b["align_bytes"])
+        buffers[name] = Buffer(name, b["size_bytes"], b["align_bytes"])
+    for name in ("L1", "L0A", "L0B", "L0C", "UB"):
+        if name not in buffers:
+            raise r.fail(f"buffers.{name}", None, "missing buffer; every AI Core has L1, L0A, L0B, L0C, UB")
+
+    paths = {}
+    for name, table in doc["paths"].items():
+        p = r.section(f"paths.{name}", table, _PATH_KEYS)
+        if p["pipe"] not in PIPES:
+            raise r.fail(f"paths.{name}.pipe", p["pipe"], f"unknown pipe; allowed: {', '.join(PIPES)}")
+        r.positive(f"paths.{name}.bytes_per_cycle", p["bytes_per_cycle"])
+        r.positive(f"paths.{name}.startup_cycles", p["startup_cycles"], allow_zero=True)
+        paths[name] = DataPath(name=name, **p)
+
+    cu = r.section("cube", doc["cube"], _CUBE_KEYS)
+    r.positive("cube.startup_cycles", cu["startup_cycles"], allow_zero=True)
+    fractals = {}
+    for dt, shape in cu["fractals"].items():
+        shape = r.unwrap(f"cube.fractals.{dt}", shape)
+        if dt not in DTYPE_BYTES:
+            raise r.fail(f"cube.fractals.{dt}", shape, f"unknown dtype; allowed: {', '.join(DTYPE_BYTES)}")
+        if not (isinstance(shape, list) and len(shape) == 3 and all(isinstance(v, int) and v > 0 for v in shape)):
+            raise r.fail(f"cube.fractals.{dt}", shape, "impossible value: must be [m0, k0, n0] of positive integers")
+        fractals[dt] = tuple(shape)
+    if not fractals:
+        raise r.fail("cube.fractals", {}, "missing value: the Cube needs at least one dtype")
+    acc = {dt: str(r.unwrap(f"cube.accumulator.{dt}", v)) for dt, v in cu["accumulator"].items()}
+    for dt in fractals:
+        if dt not in acc:
+            raise r.fail(f"cube.accumulator.{dt}", None, "missing key: every Cube dtype needs an accumulator dtype")
+
+    ve = r.section("vector", doc["vector"], _VECTOR_KEYS)
+    r.positive("vector.repeat_bytes", ve["repeat_bytes"])
+    r.positive("vector.max_repeats", ve["max_repeats"])
+    instructions = {}
+    for instr, by_dtype in ve["instructions"].items():
+        if not isinstance(by_dtype, dict):
+            raise r.fail(f"vector.instructions.{instr}", by_dtype, "must be a table of dtypes")
+        table = {}
+        for dts, t in by_dtype.items():
+            key = f"vector.instructions.{instr}.{dts}"
+            tv = r.section(key, t, _TIMING_KEYS)
+            r.positive(f"{key}.cycles_per_repeat", tv["cycles_per_repeat"])
+            r.positive(f"{key}.startup_cycles", tv["startup_cycles"], allow_zero=True)
+            r.positive(f"{key}.min_cycles", tv["min_cycles"], allow_zero=True)
+            table[dts] = VectorTiming(**tv)
+        instructions[instr] = MappingProxyType(table)
+
+    return Chip(
+        **c,
+        buffers=MappingProxyType(buffers),
+        paths=MappingProxyType(paths),
+        cube=CubeUnit(cu["startup_cycles"], MappingProxyType(fractals), MappingProxyType(acc)),
+        vector=VectorUnit(ve["repeat_bytes"], ve["max_repeats"], MappingProxyType(instructions)),
+        sources=MappingProxyType(r.sources),
+        path=str(path),
+    )
+
+
+def list_chips() -> list[str]:
+    """Names of the shipped chip presets."""
+    return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
+
+
+_CACHE: dict[str, Chip] = {}
+
+
+def get_chip(name_or_path: "str | Path | Chip") -> Chip:
+    """A shipped preset by name (``"Ascend910B1"``) or any preset file by path."""
+    if isinstance(name_or_path, Chip):
+        return name_or_path
+    key = str(name_or_path)
+    if key in _CACHE:
+        return _CACHE[key]
+    candidate = Path(key)
+    if key in list_chips():
+        chip = _CACHE[key] = load_chip(PRESET_DIR / f"{key}.toml")
+    elif candidate.suffix == ".toml" or candidate.exists():
+        if not candidate.exists():
+            raise ChipConfigError(f"{key}: no such preset file")
+        chip = load_chip(candidate)  # user files are read afresh every time: they may change
+    else:
+        raise ChipConfigError(
+            f"unknown chip {key!r}; known chips: {', '.join(list_chips())} (or pass the path of a .toml preset)"
+        )
+    return chip

@@ -12,11 +12,13 @@ naming the file, the key and the value.
 from __future__ import annotations
 
 import math
-import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
+
+import tomllib
 
 PRESET_DIR = Path(__file__).with_name("presets")
 
@@ -50,8 +52,9 @@ class Buffer:
 class DataPath:
     """One way data moves between memory levels, carried by one pipe.
 
-    ``bytes_per_cycle`` is the steady-state rate of one core, ``startup_cycles`` the fixed
-    latency every instruction pays before data flows.
+    ``bytes_per_cycle`` is the steady-state rate of one core, ``startup_cycles`` the fixed cost
+    every instruction pays before data flows, and ``latency_cycles`` the floor of one transfer's
+    duration (a GM round trip): ``cycles = max(latency, startup + bytes / rate)``.
     """
 
     name: str
@@ -60,10 +63,11 @@ class DataPath:
     pipe: str
     bytes_per_cycle: float
     startup_cycles: float
+    latency_cycles: float = 0.0
 
     def cycles(self, nbytes: float, rate_cap: float | None = None) -> float:
         rate = self.bytes_per_cycle if rate_cap is None else min(self.bytes_per_cycle, rate_cap)
-        return self.startup_cycles + nbytes / rate
+        return max(self.latency_cycles, self.startup_cycles + nbytes / rate)
 
 
 @dataclass(frozen=True)
@@ -194,7 +198,8 @@ _CHIP_KEYS = {
     "l2_bytes": int, "l2_gbps": float,
 }
 _BUFFER_KEYS = {"size_bytes": int, "align_bytes": int}
-_PATH_KEYS = {"src": str, "dst": str, "pipe": str, "bytes_per_cycle": float, "startup_cycles": float}
+_PATH_KEYS = {"src": str, "dst": str, "pipe": str, "bytes_per_cycle": float, "startup_cycles": float,
+              "latency_cycles": float}
 _CUBE_KEYS = {"startup_cycles": float, "fractals": dict, "accumulator": dict}
 _VECTOR_KEYS = {"repeat_bytes": int, "max_repeats": int, "instructions": dict}
 _TIMING_KEYS = {"cycles_per_repeat": float, "startup_cycles": float, "min_cycles": float}
@@ -300,11 +305,12 @@ def load_chip(path: str | Path) -> Chip:
 
     paths = {}
     for name, table in doc["paths"].items():
-        p = r.section(f"paths.{name}", table, _PATH_KEYS)
+        p = r.section(f"paths.{name}", table, _PATH_KEYS, optional={"latency_cycles"})
         if p["pipe"] not in PIPES:
             raise r.fail(f"paths.{name}.pipe", p["pipe"], f"unknown pipe; allowed: {', '.join(PIPES)}")
         r.positive(f"paths.{name}.bytes_per_cycle", p["bytes_per_cycle"])
         r.positive(f"paths.{name}.startup_cycles", p["startup_cycles"], allow_zero=True)
+        r.positive(f"paths.{name}.latency_cycles", p.get("latency_cycles", 0.0), allow_zero=True)
         paths[name] = DataPath(name=name, **p)
 
     cu = r.section("cube", doc["cube"], _CUBE_KEYS)
@@ -360,7 +366,7 @@ def list_chips() -> list[str]:
 _CACHE: dict[str, Chip] = {}
 
 
-def get_chip(name_or_path: "str | Path | Chip") -> Chip:
+def get_chip(name_or_path: str | Path | Chip) -> Chip:
     """A shipped preset by name (``"Ascend910B1"``) or any preset file by path."""
     if isinstance(name_or_path, Chip):
         return name_or_path

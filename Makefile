@@ -30,7 +30,7 @@ demo: install
 	$(BIN)/pypto-lab tour
 
 test: install-dev
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q tests --nbval-lax notebooks
 
 lint: install-dev
 	$(BIN)/ruff check pypto_lab tests benchmarks

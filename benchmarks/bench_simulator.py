@@ -30,10 +30,12 @@ def median_time(fn, repeats: int) -> float:
 
 
 def synthetic_program(n_instr: int, seed: int = 0):
-    """A tile-program-like instruction stream: 24 cores x 7 pipes, 1-3 backward flags each."""
+    """A tile-program-like instruction stream: 24 cores x 7 pipes, 1-3 backward flags each,
+    30 % of the instructions with a 300-cycle completion latency (GM transfers)."""
     rng = np.random.default_rng(seed)
     lanes = rng.integers(0, 24 * 7, n_instr).astype(np.int64)
     duration = rng.uniform(1, 500, n_instr)
+    latency = np.where(rng.random(n_instr) < 0.3, 300.0, 0.0)  # GM transfers: a round-trip floor
     counts = rng.integers(1, 4, n_instr)
     counts[0] = 0
     dep_ptr = np.zeros(n_instr + 1, np.int64)
@@ -41,7 +43,7 @@ def synthetic_program(n_instr: int, seed: int = 0):
     owner = np.repeat(np.arange(n_instr), counts)
     back = rng.integers(1, 64, owner.size)
     dep_idx = np.maximum(owner - back, 0).astype(np.int64)
-    return lanes, duration, dep_ptr, dep_idx
+    return lanes, duration, latency, dep_ptr, dep_idx
 
 
 def main() -> None:
@@ -56,9 +58,9 @@ def main() -> None:
     print("| measurement | instructions | median time | rate |")
     print("|---|---:|---:|---:|")
 
-    lanes, duration, dep_ptr, dep_idx = synthetic_program(args.instructions)
-    _run(lanes[:10], duration[:10], dep_ptr[:11], dep_idx[: dep_ptr[10]], 24 * 7)  # warm the JIT
-    t = median_time(lambda: _run(lanes, duration, dep_ptr, dep_idx, 24 * 7), args.repeats)
+    lanes, duration, latency, dep_ptr, dep_idx = synthetic_program(args.instructions)
+    _run(lanes[:10], duration[:10], latency[:10], dep_ptr[:11], dep_idx[: dep_ptr[10]], 24 * 7)  # warm the JIT
+    t = median_time(lambda: _run(lanes, duration, latency, dep_ptr, dep_idx, 24 * 7), args.repeats)
     print(f"| event simulator core loop, synthetic stream | {args.instructions:,} | {t * 1e3:.1f} ms "
           f"| {args.instructions / t / 1e6:.1f} M instr/s |")
 

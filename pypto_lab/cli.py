@@ -104,7 +104,8 @@ def cmd_calibrate(args) -> int:
     print(f"calibration of {chip.name} against datasets/calibration/ascend_mskpp_microbench.csv")
     print(format_calibration(result))
     if args.json:
-        write_json_atomic(args.json, result)
+        per_key = {k: v for k, v in result.items() if not k.startswith("_")}
+        write_json_atomic(args.json, per_key)
         print(f"wrote {args.json}")
     return 0
 

@@ -24,11 +24,19 @@ def plot_swimlane(report, core: int | None = None, max_instructions: int = 4000)
     sel = np.flatnonzero(tl.core == core)[:max_instructions]
     fig = Figure(figsize=(10, 3.2))
     ax = fig.add_subplot()
+    writeback = tl.kinds.index("HBM write-back") if "HBM write-back" in tl.kinds else -1
     for lane, name in enumerate(PIPES):
-        idx = sel[tl.pipe[sel] == lane]
-        if idx.size:
-            ax.broken_barh(list(zip(tl.start[idx], tl.end[idx] - tl.start[idx])), (lane - 0.4, 0.8),
-                           facecolors=PIPE_COLOURS[name], edgecolor="white", linewidth=0.3, label=name)
+        on_lane = sel[tl.pipe[sel] == lane]
+        for wb in (False, True):
+            idx = on_lane[(tl.kind[on_lane] == writeback) == wb]
+            if idx.size:
+                ax.broken_barh(list(zip(tl.start[idx], tl.end[idx] - tl.start[idx])), (lane - 0.4, 0.8),
+                               facecolors="white" if wb else PIPE_COLOURS[name],
+                               edgecolor=PIPE_COLOURS[name] if wb else "white", hatch="////" if wb else None,
+                               linewidth=0.3, label="HBM write-back (holds the read port)" if wb else name)
+    if writeback >= 0 and np.any(tl.kind[sel] == writeback):
+        ax.legend(handles=[h for h in ax.collections if h.get_label().startswith("HBM")], loc="lower right",
+                  fontsize="small")
     ax.set_yticks(range(len(PIPES)), PIPES)
     ax.invert_yaxis()
     ax.set_xlabel("cycles")

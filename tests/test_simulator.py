@@ -30,6 +30,17 @@ def test_wait_flag_delays_the_consumer_until_the_producer_ends():
     assert tl.start[mm] == 10 and tl.total_cycles == 14
 
 
+def test_a_transfer_frees_its_pipe_before_its_data_arrives():
+    p = Program()
+    first = p.emit(0, "MTE2", 10, "load", latency=300)   # pipe busy 10 cycles, data after 300
+    second = p.emit(0, "MTE2", 10, "load", latency=300)
+    use = p.emit(0, "CUBE", 5, "mmad", (first,))
+    tl = simulate(p)
+    assert tl.start[second] == 10                          # the pipe issues the next transfer
+    assert tl.ready[first] == 300 and tl.start[use] == 300  # the consumer waits for the data
+    assert tl.total_cycles == 310 and tl.pipe_busy(0)["MTE2"] == 20
+
+
 def test_cores_are_independent():
     p = Program()
     p.emit(0, "CUBE", 10, "mmad")

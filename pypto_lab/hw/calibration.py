@@ -169,8 +169,11 @@ def transfer_gbps(nbytes, cycles, clock_hz):
     return nbytes / cycles * clock_hz / GIB
 
 
-def vector_cycles(repeats, cycles_per_repeat, startup, min_cycles):
-    return np.maximum(min_cycles, startup + np.asarray(repeats, dtype=float) * cycles_per_repeat)
+def vector_cycles(repeats, cycles_per_repeat, startup, min_cycles, partial_block=0.0, block_repeats=1):
+    """`VectorTiming.cycles` on arrays of repeat counts."""
+    repeats = np.asarray(repeats, dtype=float)
+    base = np.maximum(min_cycles, startup + repeats * cycles_per_repeat)
+    return base + partial_block * (np.mod(repeats, block_repeats) != 0)
 
 
 def vector_repeats(x, elem_bytes, repeat_bytes):
@@ -241,7 +244,7 @@ def microbench(chip: Chip | str, table: str, path_or_instr: str, dtypes: str = "
         t = by_dtype[dts]
         eb = dtype_bytes(dts.split("_")[0])
         reps = float(vector_repeats(x, eb, chip.vector.repeat_bytes))
-        cycles = float(vector_cycles(reps, t.cycles_per_repeat, t.startup_cycles, t.min_cycles))
+        cycles = float(t.cycles(reps))
         return x * eb / cycles
 
     if table in TRANSFER_TABLES:

@@ -53,8 +53,9 @@ class DataPath:
     """One way data moves between memory levels, carried by one pipe.
 
     ``bytes_per_cycle`` is the steady-state rate of one core, ``startup_cycles`` the fixed cost
-    every instruction pays before data flows, and ``latency_cycles`` the floor of one transfer's
-    duration (a GM round trip): ``cycles = max(latency, startup + bytes / rate)``.
+    every instruction pays before data flows: the pipe is busy ``startup + bytes / rate`` cycles.
+    ``latency_cycles`` is the floor of one transfer's round trip (a GM access): its data is ready
+    after ``max(latency, startup + bytes / rate)``, while the pipe may already issue the next one.
     """
 
     name: str
@@ -65,9 +66,14 @@ class DataPath:
     startup_cycles: float
     latency_cycles: float = 0.0
 
-    def cycles(self, nbytes: float, rate_cap: float | None = None) -> float:
+    def occupancy(self, nbytes: float, rate_cap: float | None = None) -> float:
+        """Cycles the pipe is busy moving ``nbytes`` (at most ``rate_cap`` bytes per cycle)."""
         rate = self.bytes_per_cycle if rate_cap is None else min(self.bytes_per_cycle, rate_cap)
-        return max(self.latency_cycles, self.startup_cycles + nbytes / rate)
+        return self.startup_cycles + nbytes / rate
+
+    def cycles(self, nbytes: float, rate_cap: float | None = None) -> float:
+        """Cycles until the data of one isolated transfer is ready."""
+        return max(self.latency_cycles, self.occupancy(nbytes, rate_cap))
 
 
 @dataclass(frozen=True)
@@ -89,14 +95,20 @@ class CubeUnit:
 @dataclass(frozen=True)
 class VectorTiming:
     """Cost of one vector instruction over ``repeats`` repeats of 256 B:
-    ``max(min_cycles, startup_cycles + repeats * cycles_per_repeat)``."""
+    ``max(min_cycles, startup_cycles + repeats * cycles_per_repeat)``, plus
+    ``partial_block_cycles`` when its output ends inside a 32-B block (compare instructions write
+    a 1-bit-per-element mask: ``block_repeats`` repeats fill one block; a partial block costs a
+    read-modify-write)."""
 
     cycles_per_repeat: float
     startup_cycles: float
     min_cycles: float
+    partial_block_cycles: float = 0.0
+    block_repeats: int = 1
 
     def cycles(self, repeats: float) -> float:
-        return max(self.min_cycles, self.startup_cycles + repeats * self.cycles_per_repeat)
+        base = max(self.min_cycles, self.startup_cycles + repeats * self.cycles_per_repeat)
+        return base + (self.partial_block_cycles if repeats % self.block_repeats else 0.0)
 
 
 @dataclass(frozen=True)
@@ -202,7 +214,8 @@ _PATH_KEYS = {"src": str, "dst": str, "pipe": str, "bytes_per_cycle": float, "st
               "latency_cycles": float}
 _CUBE_KEYS = {"startup_cycles": float, "fractals": dict, "accumulator": dict}
 _VECTOR_KEYS = {"repeat_bytes": int, "max_repeats": int, "instructions": dict}
-_TIMING_KEYS = {"cycles_per_repeat": float, "startup_cycles": float, "min_cycles": float}
+_TIMING_KEYS = {"cycles_per_repeat": float, "startup_cycles": float, "min_cycles": float,
+                "partial_block_cycles": float, "block_repeats": int}
 _TOP_KEYS = {"chip", "buffers", "paths", "cube", "vector", "calibration"}
 
 
@@ -340,10 +353,12 @@ def load_chip(path: str | Path) -> Chip:
         table = {}
         for dts, t in by_dtype.items():
             key = f"vector.instructions.{instr}.{dts}"
-            tv = r.section(key, t, _TIMING_KEYS)
+            tv = r.section(key, t, _TIMING_KEYS, optional={"partial_block_cycles", "block_repeats"})
             r.positive(f"{key}.cycles_per_repeat", tv["cycles_per_repeat"])
             r.positive(f"{key}.startup_cycles", tv["startup_cycles"], allow_zero=True)
             r.positive(f"{key}.min_cycles", tv["min_cycles"], allow_zero=True)
+            r.positive(f"{key}.partial_block_cycles", tv.get("partial_block_cycles", 0.0), allow_zero=True)
+            r.positive(f"{key}.block_repeats", tv.get("block_repeats", 1))
             table[dts] = VectorTiming(**tv)
         instructions[instr] = MappingProxyType(table)
 

@@ -85,34 +85,55 @@ class KernelReport:
 
 # ---- shared memory system ----------------------------------------------------------------
 
-def gm_rate_cap(chip: Chip, total_bytes: float, unique_bytes: float, active_cores: int,
-                working_set: float | None = None) -> float:
-    """Bytes/cycle one core may move to and from GM while ``active_cores`` cores share HBM and L2.
+def chip_memory_cycles(chip: Chip, reads: float, writes: float, first_reads: float,
+                       working_set: float | None = None) -> tuple[float, float]:
+    """Cycles the chip's memory system needs for a kernel's GM reads, and for all its traffic.
 
-    First touches of each byte (``unique_bytes``) stream from HBM; re-reads hit L2 when the data
-    the cores reuse at one time (``working_set``, default all of it) fits in L2, else in
-    proportion to the fraction that fits.
+    HBM carries the first touch of every input byte (``first_reads``) and every written byte;
+    re-reads come from L2 when the data the cores reuse at one time (``working_set``, default all
+    of it) fits in L2, else in proportion to the fraction that fits.
     """
-    total = max(total_bytes, unique_bytes, 1.0)
-    ws = unique_bytes if working_set is None else working_set
+    hbm = chip.hbm_bytes_per_cycle()
+    ws = first_reads + writes if working_set is None else working_set
     hit = min(1.0, chip.l2_bytes / max(ws, 1.0))
-    rereads = total - unique_bytes
-    cycles = unique_bytes / chip.hbm_bytes_per_cycle() + rereads * (
-        hit / chip.l2_bytes_per_cycle() + (1 - hit) / chip.hbm_bytes_per_cycle()
-    )
-    chip_rate = total / cycles
-    return chip_rate / max(1, active_cores)
+    rereads = max(0.0, reads - first_reads)
+    read_cycles = first_reads / hbm + rereads * (hit / chip.l2_bytes_per_cycle() + (1 - hit) / hbm)
+    return read_cycles, read_cycles + writes / hbm
 
 
-def split_read_write(rate: float, reads: float, writes: float) -> tuple[float, float]:
-    """Share a core's GM bandwidth between its read pipe (MTE2) and its write pipe (MTE3/FIXP).
+def gm_rates(chip: Chip, busiest_reads: float, read_cycles: float, active: int) -> tuple[float, float, float]:
+    """How ``active`` cores share the chip's memory system: (read rate, write rate, HBM share),
+    bytes per cycle of one core.
 
-    The direction that moves most bytes gets its proportional share, so a memory-bound kernel can
-    never beat the chip's bandwidth; the other gets at least half, so the short write bursts of a
-    compute-bound kernel are not starved (the streams only overlap part of the time).
+    * Reads: the memory system needs ``read_cycles`` for the kernel's reads (`chip_memory_cycles`);
+      that is the time its busiest core needs for its ``busiest_reads``, so every core reads at
+      that rate (lighter cores finish earlier).
+    * Writes land in L2 at the core's share of L2 bandwidth, in bursts (one output tile at a time).
+    * Written bytes still reach HBM: each write is followed by a write-back that holds the core's
+      MTE2 lane (its read port) for ``bytes / HBM share`` (`_flush_writebacks`). So reads and
+      write-backs take turns on HBM, and no kernel moves its bytes faster than HBM and L2 allow.
     """
-    total = max(reads + writes, 1e-30)
-    return rate * max(0.5, reads / total), rate * max(0.5, writes / total)
+    return (busiest_reads / max(read_cycles, 1e-9), chip.l2_bytes_per_cycle() / active,
+            chip.hbm_bytes_per_cycle() / active)
+
+
+def _move(prog: Program, core: int, path, nbytes: float, kind: str, deps, rate_cap: float | None = None) -> int:
+    """Emit one transfer on its path's pipe: busy for startup + bytes/rate, ready after its latency."""
+    return prog.emit(core, path.pipe, path.occupancy(nbytes, rate_cap), kind, deps, path.latency_cycles)
+
+
+def _flush_writebacks(prog: Program, core: int, pending: list, hbm_share: float) -> None:
+    """Issue the HBM write-backs of finished output tiles on the core's MTE2 lane.
+
+    Written bytes land in L2; L2 writes them back to HBM with the core's share of HBM bandwidth,
+    which the core's reads cannot use meanwhile: the write-back holds the read port (MTE2) for
+    ``bytes / HBM share`` cycles. It is an account of HBM time rather than a transfer of its own,
+    so it waits for no flag; the tile programs issue it after the next loads, so it lands between
+    reads, not ahead of the write it accounts for.
+    """
+    for nbytes, _write in pending:
+        prog.emit(core, "MTE2", nbytes / hbm_share, "HBM write-back")
+    pending.clear()
 
 
 def _split_blocks(n_blocks: int, n_cores: int) -> list[list[int]]:
@@ -134,7 +155,7 @@ EPILOGUES = ("none", "bias", "relu", "bias_relu", "quant", "gelu", "vector")
 
 
 def _cube_core_program(chip: Chip, blocks: list[tuple[int, int]], k: int, dtype: str, out_dtype: str,
-                       plan, rate_rd: float, rate_wr: float, epilogue: str) -> Program:
+                       plan, rate_rd: float, rate_wr: float, hbm_share: float, epilogue: str) -> Program:
     """The program of one cube core (template core 0; its vector cores 1, 2 on split chips)."""
     tile = plan.tile
     eb = DTYPE_BYTES[dtype]
@@ -155,6 +176,7 @@ def _cube_core_program(chip: Chip, blocks: list[tuple[int, int]], k: int, dtype:
     ub = PingPong(2)
     k_steps = ceil_div(k, tile.k_l1)
     aiv_turn = 0
+    pending = []  # write-backs of finished tiles, issued on MTE2 after the next panel loads
     for bm, bn in blocks:
         subs = [(min(tile.m_l0, bm - i), min(tile.n_l0, bn - j))
                 for i in range(0, bm, tile.m_l0) for j in range(0, bn, tile.n_l0)]
@@ -171,8 +193,9 @@ def _cube_core_program(chip: Chip, blocks: list[tuple[int, int]], k: int, dtype:
                     slot, free = l1.acquire()
                     a_bytes = bm * kl1 * eb
                     b_bytes = kl1 * bn * eb
-                    ld_a = prog.emit(0, "MTE2", p_gm_l1.cycles(a_bytes, rate_rd), "load A GM->L1", (free,))
-                    ld_b = prog.emit(0, "MTE2", p_gm_l1.cycles(b_bytes, rate_rd), "load B GM->L1", (free,))
+                    ld_a = _move(prog, 0, p_gm_l1, a_bytes, "load A GM->L1", (free,), rate_rd)
+                    ld_b = _move(prog, 0, p_gm_l1, b_bytes, "load B GM->L1", (free,), rate_rd)
+                    _flush_writebacks(prog, 0, pending, hbm_share)
                     panel_ready = ld_b if ld_b > ld_a else ld_a
                     resident = (panel_ready, slot)
                 last_reader = None
@@ -180,8 +203,8 @@ def _cube_core_program(chip: Chip, blocks: list[tuple[int, int]], k: int, dtype:
                     kl0 = min(tile.k_l0, kl1 - kk)
                     a_slot, a_free = l0a.acquire()
                     b_slot, b_free = l0b.acquire()
-                    mv_a = prog.emit(0, "MTE1", p_l0a.cycles(sm * kl0 * eb), "load A L1->L0A", (panel_ready, a_free))
-                    mv_b = prog.emit(0, "MTE1", p_l0b.cycles(kl0 * sn * eb), "load B L1->L0B", (panel_ready, b_free))
+                    mv_a = _move(prog, 0, p_l0a, sm * kl0 * eb, "load A L1->L0A", (panel_ready, a_free))
+                    mv_b = _move(prog, 0, p_l0b, kl0 * sn * eb, "load B L1->L0B", (panel_ready, b_free))
                     fractals = ceil_div(sm, m0) * ceil_div(kl0, k0) * ceil_div(sn, n0)
                     mm = prog.emit(0, "CUBE", cube_start + fractals, "mmad", (mv_a, mv_b, c_free if first else None))
                     first = False
@@ -193,32 +216,33 @@ def _cube_core_program(chip: Chip, blocks: list[tuple[int, int]], k: int, dtype:
             # epilogue: drain the L0C accumulator
             out_bytes = sm * sn * ob
             if split:
-                fix = prog.emit(0, "FIXP", chip.data_path("L0C_TO_GM").cycles(out_bytes, rate_wr),
-                                "fixpipe L0C->GM" + ("" if epilogue in ("none", "vector", "gelu") else f" +{epilogue}"),
-                                (last_mmad,))
+                fix = _move(prog, 0, chip.data_path("L0C_TO_GM"), out_bytes,
+                            "fixpipe L0C->GM" + ("" if epilogue in ("none", "vector", "gelu") else f" +{epilogue}"),
+                            (last_mmad,), rate_wr)
+                pending.append((out_bytes, fix))
                 l0c.release(c_slot, fix)
                 if vector_epilogue:
                     aiv = 1 + aiv_turn
                     aiv_turn = 1 - aiv_turn
                     u_slot, u_free = ub.acquire()
-                    ld = prog.emit(aiv, "MTE2", chip.data_path("GM_TO_UB").cycles(out_bytes, rate_rd),
-                                   "load C GM->UB", (fix, u_free))
+                    ld = _move(prog, aiv, chip.data_path("GM_TO_UB"), out_bytes, "load C GM->UB", (fix, u_free),
+                               rate_rd)
                     v = _emit_vector_ops(prog, aiv, chip, _EPILOGUE_OPS[epilogue], sm * sn, out_dtype, (ld,))
-                    st = prog.emit(aiv, "MTE3", chip.data_path("UB_TO_GM").cycles(out_bytes, rate_wr),
-                                   "store C UB->GM", (v,))
+                    st = _move(prog, aiv, chip.data_path("UB_TO_GM"), out_bytes, "store C UB->GM", (v,), rate_wr)
+                    _flush_writebacks(prog, aiv, [(out_bytes, st)], hbm_share)
                     ub.release(u_slot, st)
             else:
                 u_slot, u_free = ub.acquire()
-                drain = prog.emit(0, "VECTOR", chip.data_path("L0C_TO_UB").cycles(sm * sn * acc_b),
-                                  "L0C->UB", (last_mmad, u_free))
+                drain = _move(prog, 0, chip.data_path("L0C_TO_UB"), sm * sn * acc_b, "L0C->UB", (last_mmad, u_free))
                 l0c.release(c_slot, drain)
                 ops = list(_EPILOGUE_OPS.get(epilogue, ()))
                 if out_dtype != chip.cube.accumulator[dtype]:
                     ops.append(("VCONV", 1))
                 v = _emit_vector_ops(prog, 0, chip, ops, sm * sn, "fp32", (drain,)) if ops else drain
-                st = prog.emit(0, "MTE3", chip.data_path("UB_TO_GM").cycles(out_bytes, rate_wr),
-                               "store C UB->GM", (v,))
+                st = _move(prog, 0, chip.data_path("UB_TO_GM"), out_bytes, "store C UB->GM", (v,), rate_wr)
+                pending.append((out_bytes, st))
                 ub.release(u_slot, st)
+    _flush_writebacks(prog, 0, pending, hbm_share)
     return prog
 
 
@@ -288,41 +312,53 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
     bm_count = ceil_div(m, tile.m_l1)
     bn_count = ceil_div(n, tile.n_l1)
     n_blocks = batch * bm_count * bn_count
-    blocks = []
+    blocks = []  # (rows, cols, first touch of its A panel, first touch of its B panel)
     for b in range(n_blocks):
         r = b % (bm_count * bn_count)
         i, j = divmod(r, bn_count)
-        blocks.append((min(tile.m_l1, m - i * tile.m_l1), min(tile.n_l1, n - j * tile.n_l1)))
+        blocks.append((min(tile.m_l1, m - i * tile.m_l1), min(tile.n_l1, n - j * tile.n_l1), j == 0, i == 0))
     per_core = _split_blocks(n_blocks, chip.cube_cores)
     active = len(per_core)
-
-    # GM traffic: every block reads its A rows and B columns over K (once per sub-tile when K
-    # needs more than one L1 panel), and writes C once.
     k_steps = ceil_div(k, tile.k_l1)
-    reads = 0.0
-    for bm, bn in blocks:
-        subs = ceil_div(bm, tile.m_l0) * ceil_div(bn, tile.n_l0)
-        reload = subs if k_steps > 1 else 1
-        reads += reload * (bm + bn) * k * eb
-    writes = batch * m * n * ob
     vector_epilogue = epilogue in ("gelu", "vector") and chip.split_cores
-    if vector_epilogue:
-        reads += writes
-        writes *= 2
-    unique = batch * (m * k + k * n) * eb + batch * m * n * ob
+
+    def traffic(core_blocks) -> tuple[float, float, float]:
+        """GM bytes read, written, and touched for the first time (from HBM) by these blocks.
+
+        Every block reads its A rows and B columns over K (once per sub-tile when K needs more
+        than one L1 panel) and writes C once; the first block of a row (column) of C is the first
+        to touch its A (B) panel. A vector epilogue reads C back and writes it again.
+        """
+        rd = wr = first = 0.0
+        for bm, bn, first_a, first_b in core_blocks:
+            subs = ceil_div(bm, tile.m_l0) * ceil_div(bn, tile.n_l0)
+            rd += (subs if k_steps > 1 else 1) * (bm + bn) * k * eb
+            out = bm * bn * ob
+            wr += out
+            first += (bm * k * eb if first_a else 0) + (bn * k * eb if first_b else 0) + out
+            if vector_epilogue:
+                rd += out
+                wr += out
+        return rd, wr, first
+
+    reads, writes, unique = traffic(blocks)
     gm_bytes = reads + writes
     # what the cores reuse at one time: the A row panels and B column panels of two waves of blocks
     wave_rows = min(bm_count, ceil_div(2 * active, bn_count) + 1)
     wave_cols = min(bn_count, 2 * active)
     working_set = (wave_rows * tile.m_l1 + wave_cols * tile.n_l1) * k * eb
-    rate = gm_rate_cap(chip, gm_bytes, unique, active, working_set)
-    rate_rd, rate_wr = split_read_write(rate, reads, writes)
 
     assign = [tuple(blocks[b] for b in core_blocks) for core_blocks in per_core]
     parts = []
     n_aiv = chip.vector_cores // max(1, chip.cube_cores) if chip.split_cores else 0
-    for key, cores in _group_by_program(assign).items():
-        prog = _cube_core_program(chip, list(key), k, dtype, out_dtype, plan, rate_rd, rate_wr, epilogue)
+    # Bandwidth per core: see `gm_rates`.
+    read_cycles, _ = chip_memory_cycles(chip, reads, writes, unique - writes, working_set)
+    busiest_rd = max(traffic([blocks[b] for b in core_blocks])[0] for core_blocks in per_core)
+    rate_rd, rate_wr, hbm_share = gm_rates(chip, busiest_rd, read_cycles, active)
+    groups = _group_by_program(assign)
+    for key, cores in groups.items():
+        prog = _cube_core_program(chip, [b[:2] for b in key], k, dtype, out_dtype, plan, rate_rd, rate_wr,
+                                  hbm_share, epilogue)
         if chip.split_cores:
             placements = [tuple([c] + [chip.cube_cores + c * n_aiv + j for j in range(n_aiv)]) for c in cores]
         else:
@@ -460,18 +496,22 @@ def simulate_vector(op: str, numel: int, dtype: str = "fp16", chip: str | Chip =
     per_core = _split_blocks(len(tiles), cores)
     active = len(per_core)
     gm_bytes = numel * eb * (spec.inputs + 1)
-    rate = gm_rate_cap(chip, gm_bytes, gm_bytes, active)
-    rate_rd, rate_wr = split_read_write(rate, spec.inputs, 1)
+    reads = numel * eb * spec.inputs
+    read_cycles, _ = chip_memory_cycles(chip, reads, gm_bytes - reads, reads)
+    busiest_rd = max(sum(tiles[t] for t in core_tiles) for core_tiles in per_core) * eb * spec.inputs
+    rate_rd, rate_wr, hbm_share = gm_rates(chip, busiest_rd, read_cycles, active)
     p_in = chip.data_path("GM_TO_UB")
     p_out = chip.data_path("UB_TO_GM")
 
     def program(sizes: tuple[int, ...]) -> Program:
         prog = Program()
         ub = PingPong(slots)
+        pending = []
         for elems in sizes:
             slot, free = ub.acquire()
-            loads = [prog.emit(0, "MTE2", p_in.cycles(elems * eb, rate_rd), f"load x{i} GM->UB", (free,))
+            loads = [_move(prog, 0, p_in, elems * eb, f"load x{i} GM->UB", (free,), rate_rd)
                      for i in range(spec.inputs)]
+            _flush_writebacks(prog, 0, pending, hbm_share)
             v = _emit_vector_ops(prog, 0, chip, spec.per_tile, elems, dtype, loads)
             if spec.per_row:
                 rows = elems // row_len
@@ -479,8 +519,10 @@ def simulate_vector(op: str, numel: int, dtype: str = "fp16", chip: str | Chip =
                     timing = chip.vector.timing(instr, _dtypes_key(instr, dtype))
                     for _ in range(passes):
                         v = prog.emit(0, "VECTOR", timing.cycles(rows), instr, (v,))
-            st = prog.emit(0, "MTE3", p_out.cycles(elems * eb, rate_wr), "store y UB->GM", (v,))
+            st = _move(prog, 0, p_out, elems * eb, "store y UB->GM", (v,), rate_wr)
+            pending.append((elems * eb, st))
             ub.release(slot, st)
+        _flush_writebacks(prog, 0, pending, hbm_share)
         return prog
 
     assign = [tuple(tiles[t] for t in core_tiles) for core_tiles in per_core]
@@ -511,5 +553,5 @@ def simulate_vector(op: str, numel: int, dtype: str = "fp16", chip: str | Chip =
 
 __all__ = [
     "KernelReport", "simulate_matmul", "simulate_conv2d", "simulate_vector", "VECTOR_OPS", "EPILOGUES",
-    "TilingError", "gm_rate_cap",
+    "TilingError", "chip_memory_cycles", "gm_rates",
 ]

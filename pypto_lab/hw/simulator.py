@@ -23,11 +23,16 @@ N_PIPES = len(PIPES)
 
 
 @njit(cache=True, nogil=True)
-def _run(pipe, duration, dep_ptr, dep_idx, n_lanes):
-    """Core loop: O(instructions + dependencies). ``pipe`` is a global lane id (core * 7 + pipe)."""
+def _run(pipe, duration, latency, dep_ptr, dep_idx, n_lanes):
+    """Core loop: O(instructions + dependencies). ``pipe`` is a global lane id (core * 7 + pipe).
+
+    An instruction holds its pipe for ``duration`` cycles; its result is ready for the
+    instructions that wait on it after ``max(duration, latency)`` (a transfer's round trip can
+    outlast the pipe's issue time: the pipe moves on while the data is still in flight).
+    """
     n = pipe.shape[0]
     start = np.empty(n, np.float64)
-    end = np.empty(n, np.float64)
+    ready = np.empty(n, np.float64)
     lane_free = np.zeros(n_lanes, np.float64)
     busy = np.zeros(n_lanes, np.float64)
     total = 0.0
@@ -35,17 +40,18 @@ def _run(pipe, duration, dep_ptr, dep_idx, n_lanes):
         lane = pipe[i]
         t = lane_free[lane]
         for j in range(dep_ptr[i], dep_ptr[i + 1]):
-            e = end[dep_idx[j]]
+            e = ready[dep_idx[j]]
             if e > t:
                 t = e
         start[i] = t
-        f = t + duration[i]
-        end[i] = f
-        lane_free[lane] = f
-        busy[lane] += duration[i]
-        if f > total:
-            total = f
-    return start, end, busy, total
+        d = duration[i]
+        lane_free[lane] = t + d
+        busy[lane] += d
+        r = t + (d if d > latency[i] else latency[i])
+        ready[i] = r
+        if r > total:
+            total = r
+    return start, ready, busy, total
 
 
 @dataclass
@@ -55,8 +61,9 @@ class Timeline:
     core: np.ndarray       # int32, core id of each instruction
     pipe: np.ndarray       # int8, index into PIPES
     kind: np.ndarray       # int16, index into `kinds`
-    start: np.ndarray      # float64 cycles
-    end: np.ndarray        # float64 cycles
+    start: np.ndarray      # float64 cycles: the instruction takes its pipe
+    end: np.ndarray        # float64 cycles: the pipe is free again (start + duration)
+    ready: np.ndarray      # float64 cycles: its result is ready for waiting instructions
     kinds: list[str]
     total_cycles: float
     busy: np.ndarray       # float64 [n_cores, N_PIPES]: busy cycles of every pipe of every core
@@ -78,6 +85,7 @@ class Timeline:
                 "op": self.kinds[self.kind[i]],
                 "start": float(self.start[i]),
                 "end": float(self.end[i]),
+                "ready": float(self.ready[i]),
             }
             for i in range(n)
         ]
@@ -101,6 +109,7 @@ class Program:
         self.core: list[int] = []
         self.pipe: list[int] = []
         self.duration: list[float] = []
+        self.latency: list[float] = []
         self.kind: list[int] = []
         self.deps: list[tuple[int, ...]] = []
         self.kinds: list[str] = []
@@ -117,13 +126,16 @@ class Program:
             self.kinds.append(name)
         return k
 
-    def emit(self, core: int, pipe: str, cycles: float, kind: str, deps=()) -> int:
-        if cycles < 0:
-            raise ValueError(f"instruction {kind!r} on {pipe}: duration {cycles} < 0 cycles")
+    def emit(self, core: int, pipe: str, cycles: float, kind: str, deps=(), latency: float = 0.0) -> int:
+        """Append an instruction holding ``pipe`` for ``cycles``; its result is ready after
+        ``max(cycles, latency)``."""
+        if cycles < 0 or latency < 0:
+            raise ValueError(f"instruction {kind!r} on {pipe}: duration {cycles} / latency {latency} < 0 cycles")
         idx = len(self.pipe)
         self.core.append(core)
         self.pipe.append(PIPE_INDEX[pipe])
         self.duration.append(float(cycles))
+        self.latency.append(float(latency))
         self.kind.append(self.kind_id(kind))
         self.deps.append(tuple(d for d in deps if d is not None and d >= 0))
         return idx
@@ -146,6 +158,7 @@ class Program:
             np.asarray(self.core, np.int32),
             np.asarray(self.pipe, np.int8),
             np.asarray(self.duration, np.float64),
+            np.asarray(self.latency, np.float64),
             np.asarray(self.kind, np.int16),
             dep_ptr,
             dep_idx,
@@ -171,11 +184,16 @@ class PingPong:
         self._last_reader[slot] = reader
 
 
-def simulate_arrays(core, pipe, duration, dep_ptr, dep_idx, n_cores: int | None = None):
-    """Run the compiled event loop on plain arrays. Dependencies must point backwards."""
+def simulate_arrays(core, pipe, duration, dep_ptr, dep_idx, n_cores: int | None = None, latency=None):
+    """Run the compiled event loop on plain arrays. Dependencies must point backwards.
+
+    Returns ``(start, ready, busy[n_cores, 7], total)``; the pipe is free at ``start + duration``.
+    """
     core = np.asarray(core, np.int32)
     pipe = np.asarray(pipe, np.int8)
+    duration = np.asarray(duration, np.float64)
     n = pipe.shape[0]
+    latency = np.zeros(n) if latency is None else np.asarray(latency, np.float64)
     if dep_idx.size:
         owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(dep_ptr))
         if np.any(dep_idx >= owner) or np.any(dep_idx < 0):
@@ -187,15 +205,19 @@ def simulate_arrays(core, pipe, duration, dep_ptr, dep_idx, n_cores: int | None 
     if n_cores is None:
         n_cores = int(core.max()) + 1 if n else 1
     lane = core.astype(np.int64) * N_PIPES + pipe
-    start, end, busy, total = _run(lane, np.asarray(duration, np.float64), dep_ptr, dep_idx, n_cores * N_PIPES)
-    return start, end, busy.reshape(n_cores, N_PIPES), total
+    start, ready, busy, total = _run(lane, duration, latency, dep_ptr, dep_idx, n_cores * N_PIPES)
+    return start, ready, busy.reshape(n_cores, N_PIPES), total
+
+
+def _timeline(core, pipe, duration, latency, kind, dep_ptr, dep_idx, kinds, n_cores) -> Timeline:
+    start, ready, busy, total = simulate_arrays(core, pipe, duration, dep_ptr, dep_idx, n_cores, latency)
+    return Timeline(core, pipe, kind, start, start + duration, ready, list(kinds), float(total), busy)
 
 
 def simulate(program: Program, n_cores: int | None = None) -> Timeline:
     """Simulate a `Program` and return its `Timeline`."""
-    core, pipe, duration, kind, dep_ptr, dep_idx = program.arrays()
-    start, end, busy, total = simulate_arrays(core, pipe, duration, dep_ptr, dep_idx, n_cores)
-    return Timeline(core, pipe, kind, start, end, list(program.kinds), float(total), busy)
+    core, pipe, duration, latency, kind, dep_ptr, dep_idx = program.arrays()
+    return _timeline(core, pipe, duration, latency, kind, dep_ptr, dep_idx, program.kinds, n_cores)
 
 
 def concat_programs(parts: list[tuple[Program, list[int]]]) -> tuple:
@@ -205,12 +227,12 @@ def concat_programs(parts: list[tuple[Program, list[int]]]) -> tuple:
     and replicated for every placement: an int (template core 0 runs there) or a tuple mapping
     template core j to a chip core. Dependency indices are shifted per copy.
     """
-    cores, pipes, durs, kinds, ptrs, idxs = [], [], [], [], [], []
+    cores, pipes, durs, lats, kinds, ptrs, idxs = [], [], [], [], [], [], []
     offset = 0
     ptr_base = 0
     kind_names: list[str] = []
     for prog, core_ids in parts:
-        c, p, d, k, dp, di = prog.arrays()
+        c, p, d, lat, k, dp, di = prog.arrays()
         remap = np.array([_intern(kind_names, name) for name in prog.kinds], np.int16)
         k = remap[k] if k.size else k
         n = p.shape[0]
@@ -219,6 +241,7 @@ def concat_programs(parts: list[tuple[Program, list[int]]]) -> tuple:
             cores.append(mapping[c])
             pipes.append(p)
             durs.append(d)
+            lats.append(lat)
             kinds.append(k)
             ptrs.append(dp[:-1] + ptr_base)
             idxs.append(di + offset)
@@ -226,11 +249,11 @@ def concat_programs(parts: list[tuple[Program, list[int]]]) -> tuple:
             ptr_base += int(dp[-1])
     if not pipes:
         empty = np.zeros(0, np.int64)
-        return (np.zeros(0, np.int32), np.zeros(0, np.int8), np.zeros(0), np.zeros(0, np.int16),
+        return (np.zeros(0, np.int32), np.zeros(0, np.int8), np.zeros(0), np.zeros(0), np.zeros(0, np.int16),
                 np.zeros(1, np.int64), empty, kind_names)
     dep_ptr = np.concatenate(ptrs + [np.array([ptr_base], np.int64)])
-    return (np.concatenate(cores), np.concatenate(pipes), np.concatenate(durs), np.concatenate(kinds),
-            dep_ptr, np.concatenate(idxs), kind_names)
+    return (np.concatenate(cores), np.concatenate(pipes), np.concatenate(durs), np.concatenate(lats),
+            np.concatenate(kinds), dep_ptr, np.concatenate(idxs), kind_names)
 
 
 def _intern(names: list[str], name: str) -> int:
@@ -241,8 +264,7 @@ def _intern(names: list[str], name: str) -> int:
         return len(names) - 1
 
 
-def simulate_chip(parts: list[tuple[Program, list[int]]], n_cores: int) -> Timeline:
+def simulate_chip(parts: list[tuple[Program, list]], n_cores: int) -> Timeline:
     """Simulate per-core programs replicated over the cores that run them."""
-    core, pipe, duration, kind, dep_ptr, dep_idx, kinds = concat_programs(parts)
-    start, end, busy, total = simulate_arrays(core, pipe, duration, dep_ptr, dep_idx, n_cores)
-    return Timeline(core, pipe, kind, start, end, kinds, float(total), busy)
+    core, pipe, duration, latency, kind, dep_ptr, dep_idx, kinds = concat_programs(parts)
+    return _timeline(core, pipe, duration, latency, kind, dep_ptr, dep_idx, kinds, n_cores)

@@ -34,15 +34,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 import sys
-import tempfile
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 
+from ..fileio import write_text_atomic
 from .calibration import (
     CSV_PATH,
     PATH_ALIASES,
@@ -569,18 +567,6 @@ def splice(text: str, block: str, file: str) -> str:
     return "".join(lines[:b]) + block + "".join(lines[e + 1:])
 
 
-def write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 # --check tolerates last-digit drift of the optimiser across platforms (libm / SIMD differences)
 CHECK_RTOL = 0.01
 _NUM = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
@@ -637,7 +623,7 @@ def main(argv=None) -> int:
                 (changed if problem else drift).append(f"{path}: {problem or 'last-digit drift'}")
             else:
                 changed.append(str(path))
-                write_atomic(path, new)
+                write_text_atomic(path, new)
     if args.check:
         if changed:
             print("presets out of sync with the fit:\n  " + "\n  ".join(changed)

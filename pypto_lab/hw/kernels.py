@@ -85,36 +85,27 @@ class KernelReport:
 
 # ---- shared memory system ----------------------------------------------------------------
 
-def chip_memory_cycles(chip: Chip, reads: float, writes: float, first_reads: float,
-                       working_set: float | None = None) -> tuple[float, float]:
-    """Cycles the chip's memory system needs for a kernel's GM reads, and for all its traffic.
-
-    HBM carries the first touch of every input byte (``first_reads``) and every written byte;
-    re-reads come from L2 when the data the cores reuse at one time (``working_set``, default all
-    of it) fits in L2, else in proportion to the fraction that fits.
-    """
-    hbm = chip.hbm_bytes_per_cycle()
-    ws = first_reads + writes if working_set is None else working_set
-    hit = min(1.0, chip.l2_bytes / max(ws, 1.0))
-    rereads = max(0.0, reads - first_reads)
-    read_cycles = first_reads / hbm + rereads * (hit / chip.l2_bytes_per_cycle() + (1 - hit) / hbm)
-    return read_cycles, read_cycles + writes / hbm
-
-
-def gm_rates(chip: Chip, busiest_reads: float, read_cycles: float, active: int) -> tuple[float, float, float]:
+def gm_rates(chip: Chip, reads: float, first_reads: float, busiest_reads: float, active: int,
+             working_set: float | None = None) -> tuple[float, float, float]:
     """How ``active`` cores share the chip's memory system: (read rate, write rate, HBM share),
     bytes per cycle of one core.
 
-    * Reads: the memory system needs ``read_cycles`` for the kernel's reads (`chip_memory_cycles`);
-      that is the time its busiest core needs for its ``busiest_reads``, so every core reads at
-      that rate (lighter cores finish earlier).
+    * Reads: HBM carries the first touch of every input byte (``first_reads``); re-reads come from
+      L2 when the data the cores reuse at one time (``working_set``, default ``first_reads``) fits
+      in L2, else in proportion to the fraction that fits. The time the memory system needs for
+      all ``reads`` is the time the busiest core needs for its ``busiest_reads``, so every core
+      reads at that rate (lighter cores finish earlier).
     * Writes land in L2 at the core's share of L2 bandwidth, in bursts (one output tile at a time).
     * Written bytes still reach HBM: each write is followed by a write-back that holds the core's
       MTE2 lane (its read port) for ``bytes / HBM share`` (`_flush_writebacks`). So reads and
       write-backs take turns on HBM, and no kernel moves its bytes faster than HBM and L2 allow.
     """
-    return (busiest_reads / max(read_cycles, 1e-9), chip.l2_bytes_per_cycle() / active,
-            chip.hbm_bytes_per_cycle() / active)
+    hbm = chip.hbm_bytes_per_cycle()
+    ws = first_reads if working_set is None else working_set
+    hit = min(1.0, chip.l2_bytes / max(ws, 1.0))
+    rereads = max(0.0, reads - first_reads)
+    read_cycles = first_reads / hbm + rereads * (hit / chip.l2_bytes_per_cycle() + (1 - hit) / hbm)
+    return busiest_reads / max(read_cycles, 1e-9), chip.l2_bytes_per_cycle() / active, hbm / active
 
 
 def _move(prog: Program, core: int, path, nbytes: float, kind: str, deps, rate_cap: float | None = None) -> int:
@@ -131,7 +122,7 @@ def _flush_writebacks(prog: Program, core: int, pending: list, hbm_share: float)
     so it waits for no flag; the tile programs issue it after the next loads, so it lands between
     reads, not ahead of the write it accounts for.
     """
-    for nbytes, _write in pending:
+    for nbytes in pending:
         prog.emit(core, "MTE2", nbytes / hbm_share, "HBM write-back")
     pending.clear()
 
@@ -219,7 +210,7 @@ def _cube_core_program(chip: Chip, blocks: list[tuple[int, int]], k: int, dtype:
                 fix = _move(prog, 0, chip.data_path("L0C_TO_GM"), out_bytes,
                             "fixpipe L0C->GM" + ("" if epilogue in ("none", "vector", "gelu") else f" +{epilogue}"),
                             (last_mmad,), rate_wr)
-                pending.append((out_bytes, fix))
+                pending.append(out_bytes)
                 l0c.release(c_slot, fix)
                 if vector_epilogue:
                     aiv = 1 + aiv_turn
@@ -229,7 +220,7 @@ def _cube_core_program(chip: Chip, blocks: list[tuple[int, int]], k: int, dtype:
                                rate_rd)
                     v = _emit_vector_ops(prog, aiv, chip, _EPILOGUE_OPS[epilogue], sm * sn, out_dtype, (ld,))
                     st = _move(prog, aiv, chip.data_path("UB_TO_GM"), out_bytes, "store C UB->GM", (v,), rate_wr)
-                    _flush_writebacks(prog, aiv, [(out_bytes, st)], hbm_share)
+                    _flush_writebacks(prog, aiv, [out_bytes], hbm_share)
                     ub.release(u_slot, st)
             else:
                 u_slot, u_free = ub.acquire()
@@ -240,7 +231,7 @@ def _cube_core_program(chip: Chip, blocks: list[tuple[int, int]], k: int, dtype:
                     ops.append(("VCONV", 1))
                 v = _emit_vector_ops(prog, 0, chip, ops, sm * sn, "fp32", (drain,)) if ops else drain
                 st = _move(prog, 0, chip.data_path("UB_TO_GM"), out_bytes, "store C UB->GM", (v,), rate_wr)
-                pending.append((out_bytes, st))
+                pending.append(out_bytes)
                 ub.release(u_slot, st)
     _flush_writebacks(prog, 0, pending, hbm_share)
     return prog
@@ -351,10 +342,8 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
     assign = [tuple(blocks[b] for b in core_blocks) for core_blocks in per_core]
     parts = []
     n_aiv = chip.vector_cores // max(1, chip.cube_cores) if chip.split_cores else 0
-    # Bandwidth per core: see `gm_rates`.
-    read_cycles, _ = chip_memory_cycles(chip, reads, writes, unique - writes, working_set)
     busiest_rd = max(traffic([blocks[b] for b in core_blocks])[0] for core_blocks in per_core)
-    rate_rd, rate_wr, hbm_share = gm_rates(chip, busiest_rd, read_cycles, active)
+    rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, unique - writes, busiest_rd, active, working_set)
     groups = _group_by_program(assign)
     for key, cores in groups.items():
         prog = _cube_core_program(chip, [b[:2] for b in key], k, dtype, out_dtype, plan, rate_rd, rate_wr,
@@ -497,9 +486,8 @@ def simulate_vector(op: str, numel: int, dtype: str = "fp16", chip: str | Chip =
     active = len(per_core)
     gm_bytes = numel * eb * (spec.inputs + 1)
     reads = numel * eb * spec.inputs
-    read_cycles, _ = chip_memory_cycles(chip, reads, gm_bytes - reads, reads)
     busiest_rd = max(sum(tiles[t] for t in core_tiles) for core_tiles in per_core) * eb * spec.inputs
-    rate_rd, rate_wr, hbm_share = gm_rates(chip, busiest_rd, read_cycles, active)
+    rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, reads, busiest_rd, active)
     p_in = chip.data_path("GM_TO_UB")
     p_out = chip.data_path("UB_TO_GM")
 
@@ -520,7 +508,7 @@ def simulate_vector(op: str, numel: int, dtype: str = "fp16", chip: str | Chip =
                     for _ in range(passes):
                         v = prog.emit(0, "VECTOR", timing.cycles(rows), instr, (v,))
             st = _move(prog, 0, p_out, elems * eb, "store y UB->GM", (v,), rate_wr)
-            pending.append((elems * eb, st))
+            pending.append(elems * eb)
             ub.release(slot, st)
         _flush_writebacks(prog, 0, pending, hbm_share)
         return prog
@@ -553,5 +541,5 @@ def simulate_vector(op: str, numel: int, dtype: str = "fp16", chip: str | Chip =
 
 __all__ = [
     "KernelReport", "simulate_matmul", "simulate_conv2d", "simulate_vector", "VECTOR_OPS", "EPILOGUES",
-    "TilingError", "chip_memory_cycles", "gm_rates",
+    "TilingError", "gm_rates",
 ]

@@ -142,6 +142,17 @@ def test_tiling_rules(tile, pattern):
         simulate_matmul(512, 512, 512, chip="Ascend910B1", tile=tile)
 
 
+def test_fixpipe_side_buffers_limit_n_l0():
+    wide = CubeTile(16, 16, 16, 16, 512, 512)        # legal in L0A/L0B/L0C and L1
+    simulate_matmul(64, 64, 1024, chip="Ascend910B1", tile=wide)
+    with pytest.raises(TilingError, match=r"does not fit BT.*2048 bytes; BT holds 1024 bytes; use n_l0 <= 256"):
+        simulate_matmul(64, 64, 1024, chip="Ascend910B1", tile=wide, epilogue="bias")
+    with pytest.raises(TilingError, match=r"does not fit FB.*4096 bytes; FB holds 2048 bytes; use n_l0 <= 256"):
+        simulate_matmul(64, 64, 1024, chip="Ascend910B1", tile=wide, epilogue="quant")
+    r = simulate_matmul(64, 64, 1024, chip="Ascend910B1", tile=CubeTile(16, 16, 16, 16, 256, 256), epilogue="bias")
+    assert r.buffer_peak["BT"] == 1024
+
+
 def test_bad_shapes_and_options():
     with pytest.raises(ValueError, match="m = 0"):
         simulate_matmul(0, 16, 16)

@@ -296,7 +296,7 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
         tile = CubeTile(**tile)
     if tile is None:
         tile = default_cube_tile(chip, m, k, n, dtype)
-    plan = plan_cube(chip, tile, dtype, m, k, n, double_buffer)
+    plan = plan_cube(chip, tile, dtype, m, k, n, double_buffer, epilogue)
 
     eb = DTYPE_BYTES[dtype]
     ob = DTYPE_BYTES[out_dtype]

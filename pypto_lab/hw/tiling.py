@@ -106,8 +106,13 @@ def _fit_hint(chip: Chip, dtype: str, m: int, k: int, n: int) -> str:
         return "reduce every tile dimension"
 
 
-def plan_cube(chip: Chip, tile: CubeTile, dtype: str, m: int, k: int, n: int, double_buffer: bool = True) -> CubePlan:
-    """Check a Cube tiling against the chip's rules and return its buffer plan."""
+def plan_cube(chip: Chip, tile: CubeTile, dtype: str, m: int, k: int, n: int, double_buffer: bool = True,
+              epilogue: str = "none") -> CubePlan:
+    """Check a Cube tiling against the chip's rules and return its buffer plan.
+
+    On chips with a BiasTable and a FixPipe buffer (AIC-C-220), a FixPipe bias needs ``n_l0``
+    fp32 values in BT and a FixPipe (de)quantisation ``n_l0`` 8-byte scales in FB (PyPTO's rules).
+    """
     cube_fractal(chip, dtype)
     eb = DTYPE_BYTES[dtype]
     align_elems = 16 if dtype == "fp32" else 32 // eb
@@ -139,6 +144,21 @@ def plan_cube(chip: Chip, tile: CubeTile, dtype: str, m: int, k: int, n: int, do
                 + _fit_hint(chip, dtype, m, k, n)
             )
         slots[buf] = 2 if (double_buffer and 2 * nbytes <= cap) else 1
+    side = {}
+    if "BT" in chip.buffers and epilogue in ("bias", "bias_relu"):
+        side["BT"] = (tile.n_l0 * 4, "a FixPipe bias keeps n_l0 fp32 values in the BiasTable")
+    if "FB" in chip.buffers and epilogue == "quant":
+        side["FB"] = (tile.n_l0 * 8, "FixPipe quantisation keeps n_l0 8-byte scales in the FixPipe buffer")
+    for buf, (nbytes, why) in side.items():
+        cap = chip.buffer(buf).size_bytes
+        if nbytes > cap:
+            per = 4 if buf == "BT" else 8
+            raise TilingError(
+                f"tile {tile} does not fit {buf} on {chip.name}: {why}, {nbytes} bytes; {buf} holds {cap} "
+                f"bytes; use n_l0 <= {cap // per}"
+            )
+        need[buf] = nbytes
+        slots[buf] = 1
     return CubePlan(tile, slots, need)
 
 

@@ -1,4 +1,24 @@
 """Graph passes (op mapping, fusion, layout, precision, tiling, scheduling, memory planning).
 
-Populated by the whole-model work; the hardware model they drive is `pypto_lab.hw`.
+`base` holds the pass base, the registry, the manager and its instruments; each pass is a module
+of its own and registers itself by name on import.
 """
+
+from . import op_mapping
+from .base import (
+    REGISTRY,
+    Instrument,
+    Pass,
+    PassContext,
+    PassManager,
+    PassOrderError,
+    PassResult,
+    RecordSnapshots,
+    get_pass,
+    register,
+)
+
+__all__ = [
+    "REGISTRY", "Instrument", "Pass", "PassContext", "PassManager", "PassOrderError", "PassResult",
+    "RecordSnapshots", "get_pass", "op_mapping", "register",
+]

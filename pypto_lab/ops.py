@@ -45,7 +45,7 @@ def _entries() -> dict[str, NpuOp]:
         "hardswish": ("HardSwish", "gelu"), "hardswish_": ("HardSwish", "gelu"),
         "hardsigmoid": ("HardSigmoid", "relu"), "leaky_relu": ("LeakyRelu", "relu"),
         # normalisation and softmax
-        "batch_norm": ("BatchNorm", "layernorm"), "_native_batch_norm_legit_no_training": ("BatchNorm", "layernorm"),
+        "batch_norm": ("BatchNorm", "batchnorm"), "_native_batch_norm_legit_no_training": ("BatchNorm", "batchnorm"),
         "layer_norm": ("LayerNorm", "layernorm"), "native_layer_norm": ("LayerNorm", "layernorm"),
         "group_norm": ("GroupNorm", "layernorm"), "softmax": ("SoftmaxV2", "softmax"),
         "_softmax": ("SoftmaxV2", "softmax"), "log_softmax": ("LogSoftmaxV2", "softmax"),

@@ -431,6 +431,9 @@ VECTOR_OPS: dict[str, VectorOp] = {
     "sqrt": VectorOp(1, 2, (("VSQRT", 1),)),
     "rsqrt": VectorOp(1, 2, (("VRSQRT", 1),)),
     "cast": VectorOp(1, 2, (("VCONV", 1),)),
+    "copy": VectorOp(1, 1, (), flops_per_elem=0.0),  # data movement only: GM -> UB -> GM
+    # inference BatchNorm: a per-channel scale and shift
+    "batchnorm": VectorOp(1, 2, (("VMUL", 1), ("VADD", 1)), flops_per_elem=2),
     "gelu": VectorOp(1, 3, _EPILOGUE_OPS["gelu"], flops_per_elem=8),
     "add_relu": VectorOp(2, 3, (("VADDRELU", 1),), flops_per_elem=2),
     # row reductions: a tree of element-wise max/add over the row, then one cross-lane step per row
@@ -449,19 +452,36 @@ VECTOR_OPS: dict[str, VectorOp] = {
 }
 
 
-def simulate_vector(op: str, numel: int, dtype: str = "fp16", chip: str | Chip = "Ascend910B1",
+def fuse_vector_ops(ops: list[str], inputs: int) -> VectorOp:
+    """One vector kernel doing the work of ``ops`` (names in `VECTOR_OPS`) on each tile, reading
+    ``inputs`` tensors from GM and writing one: what element-wise fusion saves is the GM round
+    trip between the ops."""
+    specs = [VECTOR_OPS[o] for o in ops]
+    return VectorOp(
+        inputs=max(1, inputs),
+        live_buffers=max(1, inputs) + 2,
+        per_tile=tuple(i for s in specs for i in s.per_tile),
+        per_row=tuple(i for s in specs for i in s.per_row),
+        row_wise=any(s.row_wise for s in specs),
+        flops_per_elem=sum(s.flops_per_elem for s in specs),
+    )
+
+
+def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: str | Chip = "Ascend910B1",
                     tile: VecTile | dict | None = None, double_buffer: bool = True,
                     row_len: int | None = None, name: str | None = None) -> KernelReport:
-    """Simulate a Vector kernel applying ``op`` to ``numel`` elements (rows of ``row_len`` for
-    row-wise ops; default 1024 or numel if smaller)."""
+    """Simulate a Vector kernel applying ``op`` (a name in `VECTOR_OPS`, or a `VectorOp` such as
+    a fused chain from `fuse_vector_ops`) to ``numel`` elements (rows of ``row_len`` for row-wise
+    ops; default 1024 or numel if smaller)."""
     chip = get_chip(chip)
-    if op not in VECTOR_OPS:
+    if isinstance(op, str) and op not in VECTOR_OPS:
         raise ValueError(f"vector op {op!r} is not known; choose one of {', '.join(VECTOR_OPS)}")
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype {dtype!r} is not known; choose one of fp16, bf16, fp32, int8, int16, int32")
     if not isinstance(numel, (int, np.integer)) or numel <= 0:
         raise ValueError(f"numel = {numel!r}: must be a positive integer")
-    spec = VECTOR_OPS[op]
+    spec = VECTOR_OPS[op] if isinstance(op, str) else op
+    op_name = op if isinstance(op, str) else (name or "fused vector op")
     if spec.row_wise:
         row_len = row_len or min(numel, 1024)
         if numel % row_len:
@@ -526,7 +546,7 @@ def simulate_vector(op: str, numel: int, dtype: str = "fp16", chip: str | Chip =
     mem_cycles = gm_bytes / chip.hbm_bytes_per_cycle()
     busy_core = int(np.argmax(tl.busy[:, 5]))
     return KernelReport(
-        name=name or f"{op} {numel} {dtype}", chip=chip.name, unit="vector", dtype=dtype,
+        name=name or f"{op_name} {numel} {dtype}", chip=chip.name, unit="vector", dtype=dtype,
         shape={"numel": numel, "row_len": row_len or 0}, tile=tile.to_dict(), double_buffer=double_buffer,
         cycles=cycles, time_us=chip.cycles_to_us(cycles), flops=spec.flops_per_elem * numel,
         gm_bytes=gm_bytes, min_gm_bytes=gm_bytes, cores_used=active,
@@ -541,5 +561,6 @@ def simulate_vector(op: str, numel: int, dtype: str = "fp16", chip: str | Chip =
 
 __all__ = [
     "KernelReport", "simulate_matmul", "simulate_conv2d", "simulate_vector", "VECTOR_OPS", "EPILOGUES",
+    "VectorOp", "fuse_vector_ops",
     "TilingError", "gm_rates",
 ]

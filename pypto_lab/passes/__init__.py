@@ -4,7 +4,7 @@
 of its own and registers itself by name on import.
 """
 
-from . import op_mapping
+from . import fold_batchnorm, fuse_conv_bn_relu, fuse_elementwise, op_mapping  # noqa: F401 (register passes)
 from .base import (
     REGISTRY,
     Instrument,

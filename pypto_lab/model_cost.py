@@ -1,0 +1,179 @@
+"""Kernels of a mapped (and possibly fused) graph, and their simulated cost on a chip.
+
+A kernel is a group of nodes (``node.attrs["group"]``, set by the fusion passes) or a single
+node; views ("free") make no kernel of their own. Each kernel is costed by the chip model:
+Cube kernels (conv as implicit GEMM, linear, matmul, bmm) with `simulate_matmul` and the
+epilogue their group fused (ReLU/bias on FixPipe, anything else on the Vector unit); vector
+kernels with `simulate_vector` on the fused chain of their ops; data movement as a GM->UB->GM
+copy; attention (a composite) as QK^T, softmax and PV. CPU-lane nodes are listed, not costed
+on the device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+from typing import Any
+
+from .graph import Graph, Node
+from .hw.chip import Chip, get_chip
+from .hw.kernels import KernelReport, fuse_vector_ops, simulate_matmul, simulate_vector
+
+FIXPIPE_ACTIVATIONS = {"relu", "relu_"}
+
+
+@dataclass
+class KernelCost:
+    """One kernel of a model and what the simulator says it costs."""
+
+    name: str
+    unit: str
+    nodes: list[str]
+    fused_ops: list[str]
+    cycles: float
+    time_us: float
+    gm_bytes: float
+    tile: dict[str, Any]
+    reports: list[KernelReport] = field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "unit": self.unit, "fused_ops": list(self.fused_ops),
+                "cycles": self.cycles, "time_us": self.time_us, "gm_bytes": self.gm_bytes,
+                "tile": dict(self.tile)}
+
+
+def kernels_of(graph: Graph) -> list[list[Node]]:
+    """Nodes grouped into kernels, in the order of their first node; views alone make none."""
+    groups: dict[str, list[Node]] = {}
+    order: list[str] = []
+    for n in graph.nodes:
+        key = n.attrs.get("group")
+        if key is None:
+            if n.attrs.get("unit") in ("free", None) or n.attrs.get("unit") == "cpu":
+                continue
+            key = n.name
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append(n)
+    return [groups[k] for k in order if any(m.attrs.get("unit") not in ("free",) for m in groups[k])]
+
+
+def _shape(graph: Graph, name: str) -> tuple[int, ...]:
+    info = graph.info(name)
+    return info.shape if info is not None else ()
+
+
+def _gemm_dims(graph: Graph, node: Node) -> tuple[int, int, int, int]:
+    """(batch, M, K, N) of a Cube node."""
+    op = node.op
+    if op in ("conv2d", "convolution", "_convolution", "conv1d"):
+        x, w = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1])
+        out = node.outputs[0].shape
+        groups = int(node.args[6]) if len(node.args) > 6 and isinstance(node.args[6], int) else 1
+        spatial = prod(out[2:]) if len(out) > 2 else 1
+        return groups, out[0] * spatial, (x[1] // groups) * prod(w[2:]), w[0] // groups
+    if op == "linear":
+        x, w = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1])
+        return 1, prod(x[:-1]), x[-1], w[0]
+    if op == "addmm":
+        a, b = _shape(graph, node.inputs[1]), _shape(graph, node.inputs[2])
+        return 1, a[0], a[1], b[1]
+    a, b = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1])
+    if len(a) == 1:
+        a = (1, *a)
+    if len(b) == 1:
+        b = (*b, 1)
+    batch = prod(a[:-2]) if len(a) > 2 else (prod(b[:-2]) if len(b) > 2 else 1)
+    return batch, a[-2], a[-1], b[-1]
+
+
+def _cube_dtype(chip: Chip, precision: str) -> str:
+    return precision if chip.cube.supports(precision) else "fp16"
+
+
+def _streamed_inputs(graph: Graph, nodes: list[Node], numel: int) -> list[str]:
+    """Inputs from outside the kernel that stream through it: tensors at least an eighth of the
+    output's size (per-channel parameters such as BatchNorm's are small and stay in UB)."""
+    inside = {n.name for n in nodes}
+    seen = []
+    for n in nodes:
+        for i in n.inputs:
+            if i not in inside and i not in seen:
+                info = graph.info(i)
+                if info is not None and info.numel * 8 >= numel:
+                    seen.append(i)
+    return seen
+
+
+def _cost_cube(graph: Graph, nodes: list[Node], anchor: Node, chip: Chip, precision: str) -> list[KernelReport]:
+    batch, m, k, n = _gemm_dims(graph, anchor)
+    others = [x.op for x in nodes if x is not anchor and x.attrs.get("unit") != "free"]
+    has_bias = anchor.op in ("linear", "addmm") and len(anchor.inputs) > 2 or bool(anchor.attrs.get("folded_bn"))
+    if not others:
+        epilogue = "bias" if has_bias else "none"
+    elif all(o in FIXPIPE_ACTIVATIONS for o in others):
+        epilogue = "bias_relu" if has_bias else "relu"
+    else:
+        epilogue = "vector" if any(o.startswith("add") for o in others) and len(others) <= 2 else "gelu"
+    dtype = _cube_dtype(chip, precision)
+    return [simulate_matmul(max(m, 1), max(k, 1), max(n, 1), dtype=dtype, chip=chip, batch=max(batch, 1),
+                            epilogue=epilogue, name=anchor.name)]
+
+
+def _cost_attention(graph: Graph, node: Node, chip: Chip, precision: str) -> list[KernelReport]:
+    q, kk = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1])
+    b = prod(q[:-2])
+    s_q, d, s_k = q[-2], q[-1], kk[-2]
+    dtype = _cube_dtype(chip, precision)
+    vdt = precision if precision in ("fp16", "bf16", "fp32") else "fp16"
+    return [
+        simulate_matmul(s_q, d, s_k, dtype=dtype, chip=chip, batch=b, name=f"{node.name} QK^T"),
+        simulate_vector("softmax", b * s_q * s_k, dtype=vdt, chip=chip, row_len=s_k, name=f"{node.name} softmax"),
+        simulate_matmul(s_q, s_k, d, dtype=dtype, chip=chip, batch=b, name=f"{node.name} PV"),
+    ]
+
+
+def _cost_vector(graph: Graph, nodes: list[Node], chip: Chip, precision: str) -> list[KernelReport]:
+    work = [n for n in nodes if n.attrs.get("unit") in ("vector", "move")]
+    ops = [n.attrs.get("vector_op") or "copy" for n in work]
+    last = work[-1]
+    out = last.outputs[0] if last.outputs else None
+    inp = graph.info(work[0].inputs[0]) if work[0].inputs else None
+    numel = max(out.numel if out else 1, inp.numel if (inp is not None and work[0].op in ("max_pool2d", "adaptive_avg_pool2d", "avg_pool2d", "sum", "mean", "amax", "max")) else 0, 1)
+    vdt = precision if precision in ("fp16", "bf16", "fp32") else "fp16"
+    spec = fuse_vector_ops(ops, len(_streamed_inputs(graph, work, numel)))
+    row_len = None
+    if spec.row_wise:
+        shape = inp.shape if inp is not None else (numel,)
+        row_len = shape[-1] if shape and numel % shape[-1] == 0 else numel
+        if numel % row_len:
+            row_len = numel
+    return [simulate_vector(spec, numel, dtype=vdt, chip=chip, row_len=row_len, name="+".join(ops))]
+
+
+def cost_kernel(graph: Graph, nodes: list[Node], chip: Chip, precision: str = "fp16") -> KernelCost:
+    cube = [n for n in nodes if n.attrs.get("unit") == "cube"]
+    composite = [n for n in nodes if n.attrs.get("unit") == "composite"]
+    if cube:
+        reports, unit, anchor = _cost_cube(graph, nodes, cube[0], chip, precision), "cube", cube[0]
+    elif composite:
+        anchor = composite[0]
+        reports, unit = _cost_attention(graph, anchor, chip, precision), "cube+vector"
+    else:
+        anchor = nodes[0]
+        reports = _cost_vector(graph, nodes, chip, precision)
+        unit = "vector" if any(n.attrs.get("unit") == "vector" for n in nodes) else "move"
+    cycles = sum(r.cycles for r in reports)
+    return KernelCost(
+        name=anchor.attrs.get("npu_op", anchor.op) + ":" + (anchor.module or anchor.name),
+        unit=unit, nodes=[n.name for n in nodes], fused_ops=[n.target for n in nodes if n.attrs.get("unit") != "free"],
+        cycles=cycles, time_us=sum(r.time_us for r in reports), gm_bytes=sum(r.gm_bytes for r in reports),
+        tile=dict(reports[0].tile), reports=reports,
+    )
+
+
+def cost_graph(graph: Graph, chip: str | Chip, precision: str = "fp16") -> list[KernelCost]:
+    """Every kernel of a mapped graph with its simulated cost, in execution order."""
+    chip = get_chip(chip)
+    return [cost_kernel(graph, nodes, chip, precision) for nodes in kernels_of(graph)]

@@ -1,0 +1,159 @@
+"""`optimize(model, example_inputs, chip, level, precision)`: capture, run a pipeline of passes,
+cost every kernel on the simulated chip, and report.
+
+Optimisation levels are named pipelines of registered passes. Built so far: level 0 (op mapping
+only, every ATen op its own kernel, default tilings) and level 1 (+ BatchNorm folding,
+Conv+BN+ReLU / matmul-epilogue fusion, element-wise chain fusion). Levels 2 (layout, memory
+reuse) and 3 (tiling search, aggressive passes) are not built yet and say so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from . import passes as _passes  # noqa: F401  (registers the passes)
+from .graph import Graph, capture
+from .hw.chip import Chip, get_chip
+from .model_cost import KernelCost, cost_graph
+from .passes import PassContext, PassManager, RecordSnapshots
+from .passes.op_mapping import fallbacks
+
+LEVELS: dict[int, list[str]] = {
+    0: ["map_ops"],
+    1: ["map_ops", "fold_batchnorm", "fuse_conv_bn_relu", "fuse_elementwise"],
+}
+PLANNED_LEVELS = {2: "layout (NC1HWC0, FRACTAL_NZ) and memory reuse", 3: "tiling search and the aggressive passes"}
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+
+
+class OptimizeError(ValueError):
+    """Bad arguments to `optimize`: the message names the value, the rule and a fix."""
+
+
+def resolve_precision(chip: Chip, precision: str) -> tuple[str, str]:
+    """The precision the Cube really runs, and a note when CANN's rule changes it."""
+    if precision not in PRECISIONS:
+        raise OptimizeError(f"precision {precision!r} is not known; choose one of {', '.join(PRECISIONS)}")
+    if chip.cube.supports(precision):
+        return precision, ""
+    if precision in ("fp32", "bf16"):
+        return "fp16", (f"{chip.name}'s Cube has no {precision} fractal: as CANN does by default on this chip "
+                        f"(precision_mode allow_fp32_to_fp16), its Cube operators run in fp16")
+    raise OptimizeError(f"{chip.name}'s Cube does not compute {precision}; choose one of {', '.join(chip.cube.fractals)}")
+
+
+@dataclass
+class PassStep:
+    name: str
+    latency_us: float
+    kernel_count: int
+    notes: list[str]
+
+
+@dataclass
+class Report:
+    """What the simulator says about one optimised model. Every figure comes from the chip model."""
+
+    model: str
+    chip: str
+    level: int
+    precision: str
+    batch: int
+    kernels: list[KernelCost]
+    passes: list[PassStep]
+    fallback_ops: list[str]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def latency_us(self) -> float:
+        return sum(k.time_us for k in self.kernels)
+
+    @property
+    def throughput_per_s(self) -> float:
+        return self.batch / (self.latency_us * 1e-6) if self.latency_us else 0.0
+
+    @property
+    def gm_bytes(self) -> float:
+        return sum(k.gm_bytes for k in self.kernels)
+
+    def utilization(self, unit: str) -> float:
+        """Time-weighted Cube or Vector utilisation over the model's kernels."""
+        total = sum(k.time_us for k in self.kernels)
+        if not total:
+            return 0.0
+        attr = "cube_utilization" if unit == "cube" else "vector_utilization"
+        return sum(getattr(r, attr) * r.time_us for k in self.kernels for r in k.reports) / total
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model, "chip": self.chip, "level": self.level, "precision": self.precision,
+            "batch": self.batch, "latency_us": self.latency_us, "throughput_per_s": self.throughput_per_s,
+            "kernel_count": len(self.kernels), "gm_bytes": self.gm_bytes,
+            "cube_utilization": self.utilization("cube"), "vector_utilization": self.utilization("vector"),
+            "fallback_ops": list(self.fallback_ops), "kernels": [k.to_dict() for k in self.kernels],
+            "passes": [{"name": p.name, "latency_us": p.latency_us, "kernel_count": p.kernel_count,
+                        "notes": list(p.notes)} for p in self.passes],
+            "notes": list(self.notes),
+        }
+
+    def table(self, top: int = 15) -> str:
+        rows = sorted(self.kernels, key=lambda k: -k.time_us)[:top]
+        width = max([len(k.name) for k in rows] + [6])
+        lines = [f"{self.model} on {self.chip}, level {self.level}, {self.precision}, batch {self.batch}",
+                 f"{'kernel':<{width}}  {'unit':<11}  {'time us':>9}  {'GM MB':>8}  fused ops"]
+        for k in rows:
+            ops = ", ".join(t.split(".")[1] if t.startswith("aten.") else t for t in k.fused_ops)
+            lines.append(f"{k.name:<{width}}  {k.unit:<11}  {k.time_us:9.1f}  {k.gm_bytes / 1e6:8.2f}  {ops}")
+        lines.append(f"total: {len(self.kernels)} kernels, {self.latency_us:,.1f} us, "
+                     f"{self.throughput_per_s:,.1f} samples/s, GM {self.gm_bytes / 1e6:,.1f} MB, "
+                     f"cube {self.utilization('cube'):.0%}, vector {self.utilization('vector'):.0%}")
+        if self.fallback_ops:
+            lines.append(f"CPU fallbacks: {', '.join(self.fallback_ops)}")
+        lines.extend(f"note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+
+@dataclass
+class OptimizedModel:
+    """The model, its optimised graph and the simulator's report on it."""
+
+    model: torch.nn.Module
+    graph: Graph
+    _report: Report
+
+    def report(self) -> Report:
+        return self._report
+
+
+def _batch_of(example_inputs) -> int:
+    first = example_inputs[0] if isinstance(example_inputs, (tuple, list)) else example_inputs
+    return int(first.shape[0]) if isinstance(first, torch.Tensor) and first.dim() else 1
+
+
+def optimize(model: torch.nn.Module, example_inputs, chip: str | Chip = "Ascend910A", level: int = 1,
+             precision: str = "fp16") -> OptimizedModel:
+    """Capture ``model`` on ``example_inputs``, optimise it at ``level`` for ``chip`` and cost it."""
+    chip = get_chip(chip)
+    if level in PLANNED_LEVELS:
+        raise OptimizeError(f"level {level} ({PLANNED_LEVELS[level]}) is not built yet; use level 0 or 1")
+    if level not in LEVELS:
+        raise OptimizeError(f"level {level!r} is not known; levels are 0-3 (built: {', '.join(map(str, LEVELS))})")
+    cube_precision, note = resolve_precision(chip, precision)
+    graph = capture(model, example_inputs)
+    recorder = RecordSnapshots()
+    ctx = PassContext(chip=chip, precision=cube_precision)
+    optimized = PassManager(LEVELS[level], [recorder]).run(graph, ctx)
+    steps = []
+    for snap in recorder.snapshots:
+        if snap.name == "map_ops":
+            costs = cost_graph(snap.graph, chip, cube_precision)
+        elif snap.modified:
+            costs = cost_graph(snap.graph, chip, cube_precision)
+        steps.append(PassStep(snap.name, sum(k.time_us for k in costs), len(costs), snap.notes))
+    kernels = cost_graph(optimized, chip, cube_precision)
+    report = Report(graph.model_name, chip.name, level, precision, _batch_of(example_inputs), kernels, steps,
+                    fallbacks(optimized), [note] if note else [])
+    return OptimizedModel(model, optimized, report)

@@ -1,0 +1,230 @@
+"""BatchNorm folding, Conv/matmul epilogue fusion and element-wise chain fusion."""
+
+from collections import defaultdict
+
+import pytest
+import torch
+import torch.nn as nn
+import torchvision
+
+from pypto_lab.graph import capture, from_exported
+from pypto_lab.passes import PassManager, PassOrderError, RecordSnapshots, get_pass
+
+CONV_PIPELINE = ["map_ops", "fold_batchnorm", "fuse_conv_bn_relu"]
+
+
+def run(graph, names):
+    rec = RecordSnapshots()
+    out = PassManager(names, [rec]).run(graph)
+    return out, {s.name: s for s in rec.snapshots}
+
+
+def groups(graph):
+    out = defaultdict(list)
+    for n in graph.nodes:
+        if "group" in n.attrs:
+            out[n.attrs["group"]].append(n)
+    return dict(out)
+
+
+def assert_well_formed(graph):
+    """Every node reads a graph value or an earlier node; every graph output exists."""
+    known = set(graph.values)
+    for n in graph.nodes:
+        missing = [i for i in n.inputs if i not in known]
+        assert not missing, f"{n.name} reads {missing}, which no longer exist"
+        known.add(n.name)
+    assert graph.outputs and all(o in known for o in graph.outputs)
+
+
+@pytest.fixture(scope="module")
+def resnet50():
+    return capture(torchvision.models.resnet50(), torch.randn(1, 3, 224, 224))
+
+
+@pytest.fixture(scope="module")
+def resnet50_fused(resnet50):
+    return run(resnet50, CONV_PIPELINE)
+
+
+def test_resnet50_folds_every_bn_and_fuses_every_conv(resnet50, resnet50_fused):
+    g, snaps = resnet50_fused
+    assert not [n for n in g.nodes if "batch_norm" in n.target]
+    assert len(g.nodes) == len(resnet50.nodes) - 53
+    convs = [n for n in g.nodes if n.op == "conv2d"]
+    assert len(convs) == 53 and all(c.attrs.get("folded_bn") for c in convs)
+    grouped = groups(g)
+    conv_groups = {name: members for name, members in grouped.items() if g.node(name).op == "conv2d"}
+    assert len(conv_groups) == 53 and set(conv_groups) == {c.name for c in convs}
+    assert all(n.attrs["fused_by"] == "fuse_conv_bn_relu" for n in g.nodes if "group" in n.attrs)
+    relus = [n for n in g.nodes if n.op == "relu_"]
+    assert len(relus) == 49 and all(r.attrs.get("group") in conv_groups for r in relus)
+    adds = [n for n in g.nodes if n.op == "add_"]
+    assert len(adds) == 16 and all(a.attrs.get("group") in conv_groups for a in adds)
+    assert sum("residual" in c.attrs for c in convs) == 16
+    assert sum(c.attrs.get("activation") == "relu" for c in convs) == 49
+    # every add's residual is its other operand, and that operand is ready before the group's conv
+    order = {n.name: i for i, n in enumerate(g.nodes)}
+    for a in adds:
+        conv = g.node(a.attrs["group"])
+        assert conv.attrs["residual"] in a.inputs and conv.attrs["residual"] != conv.name
+        assert order.get(conv.attrs["residual"], -1) < order[conv.name]
+    assert_well_formed(g)
+    assert g.info(g.outputs[0]).shape == (1, 1000)
+    notes = snaps["fuse_conv_bn_relu"].notes
+    assert notes[0].startswith("fused 53 convolution groups (16 with a residual add, 49 with an activation)")
+    assert snaps["fold_batchnorm"].notes == ["folded 53 of 53 BatchNorms into their convolutions"]
+
+
+def test_folded_bn_params_name_the_bn_state(resnet50_fused, resnet50):
+    g, _ = resnet50_fused
+    conv = next(n for n in g.nodes if n.module == "layer1.0.conv3")
+    params = conv.attrs["bn_params"]
+    assert conv.attrs["folded_bn"] == "batch_norm_3"
+    targets = {k: g.values[v].target for k, v in params.items() if k != "eps"}
+    assert targets == {"weight": "layer1.0.bn3.weight", "bias": "layer1.0.bn3.bias",
+                       "running_mean": "layer1.0.bn3.running_mean", "running_var": "layer1.0.bn3.running_var"}
+    assert params["eps"] == pytest.approx(1e-5)
+    assert "folded_bn" not in resnet50.node("conv2d_3").attrs  # the input graph is untouched
+
+
+def test_bn_after_a_shared_conv_is_not_folded():
+    class Shared(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3, padding=1)
+            self.bn = nn.BatchNorm2d(8)
+
+        def forward(self, x):
+            y = self.conv(x)
+            return self.bn(y) + y
+
+    g, snaps = run(capture(Shared(), torch.randn(1, 3, 8, 8)), CONV_PIPELINE)
+    assert [n.op for n in g.nodes].count("batch_norm") == 1
+    assert "folded_bn" not in g.node("conv2d").attrs
+    notes = snaps["fold_batchnorm"].notes
+    assert notes[0] == "folded 0 of 1 BatchNorms into their convolutions"
+    assert "batch_norm bn (batch_norm): conv2d conv (conv2d) output also read by add; BatchNorm not folded" in notes
+    assert not snaps["fold_batchnorm"].modified
+
+
+def test_bn_after_a_non_conv_is_not_folded():
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.BatchNorm2d(8))
+    g, snaps = run(capture(model, torch.randn(1, 3, 8, 8)), CONV_PIPELINE)
+    assert [n.op for n in g.nodes] == ["conv2d", "relu", "batch_norm"]
+    assert any("input is relu" in s and "not a convolution" in s for s in snaps["fold_batchnorm"].notes)
+
+
+def test_decomposed_batch_norm_folds_through_its_getitem():
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU()).eval()
+    ep = torch.export.export(model, (torch.randn(1, 3, 8, 8),)).run_decompositions()
+    graph = from_exported(ep)
+    assert "aten._native_batch_norm_legit_no_training.default" in graph.op_counts()
+    g, _ = run(graph, CONV_PIPELINE)
+    assert [n.op for n in g.nodes] == ["convolution", "relu"]
+    assert g.node("relu").inputs == ["convolution"] and g.node("relu").args == ("convolution",)
+    assert g.node("convolution").attrs["activation"] == "relu"
+    assert {n.attrs["group"] for n in g.nodes} == {"convolution"}
+    assert_well_formed(g)
+
+
+def test_conv_residual_add_and_relu_fuse_and_unsupported_activation_is_noted():
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(8, 8, 3, padding=1)
+            self.bn = nn.BatchNorm2d(8)
+            self.conv2 = nn.Conv2d(8, 8, 1)
+
+        def forward(self, x):
+            y = torch.relu(self.bn(self.conv(x)) + x)
+            return torch.sigmoid(self.conv2(y))
+
+    g, snaps = run(capture(Block(), torch.randn(1, 8, 8, 8)), CONV_PIPELINE)
+    conv = g.node("conv2d")
+    assert conv.attrs["residual"] == "x" and conv.attrs["activation"] == "relu"
+    assert [n.name for n in groups(g)["conv2d"]] == ["conv2d", "add", "relu"]
+    assert "group" not in g.node("sigmoid").attrs and "group" not in g.node("conv2d_1").attrs
+    assert any(s.startswith("conv2d conv2 (conv2d_1): sigmoid is not applied by FixPipe")
+               and s.endswith("sigmoid not fused") for s in snaps["fuse_conv_bn_relu"].notes)
+
+
+@pytest.fixture(scope="module")
+def encoder_graph():
+    layer = nn.TransformerEncoderLayer(64, 4, 128, activation="gelu", batch_first=True)
+    return capture(nn.TransformerEncoder(layer, 2, enable_nested_tensor=False), torch.randn(2, 16, 64))
+
+
+def test_linear_gelu_is_a_matmul_epilogue(encoder_graph):
+    g, snaps = run(encoder_graph, CONV_PIPELINE)
+    gelus = [n for n in g.nodes if n.op == "gelu"]
+    assert len(gelus) == 2
+    for gelu in gelus:
+        lin = g.node(gelu.attrs["group"])
+        assert lin.op == "linear" and lin.attrs["activation"] == "gelu" and lin.inputs[0] != gelu.name
+        assert [n.name for n in groups(g)[lin.name]] == [lin.name, gelu.name]
+    assert len(groups(g)) == 2  # the other linears have no activation to take
+    assert "and 2 matmul epilogues" in snaps["fuse_conv_bn_relu"].notes[0]
+
+
+def test_linear_read_twice_keeps_its_gelu_apart():
+    class TwoReaders(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(16, 16)
+
+        def forward(self, x):
+            h = self.fc(x)
+            return nn.functional.gelu(h) + h
+
+    g, snaps = run(capture(TwoReaders(), torch.randn(4, 16)), CONV_PIPELINE)
+    assert groups(g) == {}
+    assert "activation" not in g.node("linear").attrs
+    assert "linear fc (linear): output also read by gelu, add; GELU not fused" in snaps["fuse_conv_bn_relu"].notes
+
+
+class Chain(nn.Module):
+    def forward(self, x, y):
+        return ((x + y) * 2).relu().exp()
+
+
+def test_elementwise_chain_becomes_one_group():
+    g, snaps = run(capture(Chain(), (torch.randn(4, 8), torch.randn(4, 8))), ["map_ops", "fuse_elementwise"])
+    assert groups(g) == {"add": [g.node(n) for n in ("add", "mul", "relu", "exp")]}
+    assert all(n.attrs["fused_by"] == "fuse_elementwise" for n in g.nodes)
+    assert snaps["fuse_elementwise"].notes[0] == "fused 1 element-wise chains (4 nodes)"
+
+
+def test_elementwise_chains_step_over_views_and_stop_at_reductions_and_shared_outputs():
+    class Mixed(nn.Module):
+        def forward(self, x):
+            a = (x * 3).view(32).exp()     # mul -> view -> exp: one chain through a view
+            s = a.softmax(-1)              # a reduction ends the chain
+            b = s - 1
+            return b.sqrt() + b.rsqrt()    # b read twice: sub stands alone
+
+    g, snaps = run(capture(Mixed(), torch.randn(4, 8)), ["map_ops", "fuse_elementwise"])
+    got = {k: [n.op for n in v] for k, v in groups(g).items()}
+    # sqrt and rsqrt both feed the add: the first chain to reach it takes it
+    assert got == {"mul": ["mul", "view", "exp"], "sqrt": ["sqrt", "add"]}
+    assert "group" not in g.node("sub").attrs and "group" not in g.node("softmax").attrs
+    assert "group" not in g.node("rsqrt").attrs
+    notes = snaps["fuse_elementwise"].notes
+    assert notes[0] == "fused 2 element-wise chains (5 nodes)"
+    assert "sub sub: output also read by sqrt, rsqrt; the chain from sub ends here" in notes
+
+
+def test_elementwise_leaves_conv_groups_alone(resnet50_fused):
+    g, _ = resnet50_fused
+    result = get_pass("fuse_elementwise")(g)
+    assert not result.modified and result.notes == ["fused 0 element-wise chains (0 nodes)"]
+    assert groups(result.graph).keys() == groups(g).keys()
+
+
+def test_wrong_pass_order_is_refused():
+    with pytest.raises(PassOrderError, match="'fuse_conv_bn_relu' requires 'fold_batchnorm'"):
+        PassManager(["map_ops", "fuse_conv_bn_relu", "fold_batchnorm"])
+    with pytest.raises(PassOrderError, match="'fold_batchnorm' requires 'map_ops'"):
+        PassManager(["fold_batchnorm", "map_ops"])
+    with pytest.raises(PassOrderError, match="'fuse_elementwise' requires 'map_ops'"):
+        PassManager(["fuse_elementwise"])

@@ -1,0 +1,88 @@
+"""optimize(): capture, pass pipeline, kernel costs and the report."""
+
+import json
+
+import pytest
+import torch
+import torch.nn as nn
+import torchvision
+
+from pypto_lab.model_cost import cost_graph, kernels_of
+from pypto_lab.optimize import OptimizeError, optimize
+
+
+@pytest.fixture(scope="module")
+def resnet50():
+    return torchvision.models.resnet50(), torch.randn(1, 3, 224, 224)
+
+
+def test_level0_report_has_every_kernel_and_the_totals(resnet50):
+    model, x = resnet50
+    rep = optimize(model, x, chip="Ascend910A", level=0).report()
+    d = rep.to_dict()
+    json.dumps(d)
+    for key in ("chip", "level", "precision", "batch", "latency_us", "throughput_per_s", "kernel_count",
+                "gm_bytes", "cube_utilization", "vector_utilization", "fallback_ops", "kernels", "passes"):
+        assert key in d
+    assert d["fallback_ops"] == [] and d["batch"] == 1
+    # level 0: one kernel per non-view op: 53 conv + 53 BN + 49 ReLU + 16 add + pools + linear
+    assert d["kernel_count"] == 53 + 53 + 49 + 16 + 1 + 1 + 1
+    assert d["latency_us"] == pytest.approx(sum(k["time_us"] for k in d["kernels"]))
+    assert d["throughput_per_s"] == pytest.approx(1e6 / d["latency_us"])
+    assert {k["unit"] for k in d["kernels"]} == {"cube", "vector"}
+    conv = next(k for k in d["kernels"] if k["name"] == "Conv2D:conv1")
+    assert conv["fused_ops"] == ["aten.conv2d.default"] and conv["cycles"] > 0 and set(conv["tile"]) >= {"m_l0", "k_l1"}
+    assert [p["name"] for p in d["passes"]] == ["map_ops"] and d["passes"][0]["kernel_count"] == d["kernel_count"]
+
+
+def test_a_bigger_batch_takes_longer_but_raises_throughput(resnet50):
+    model, _ = resnet50
+    one = optimize(model, torch.randn(1, 3, 224, 224), chip="Ascend910B1", level=0).report()
+    many = optimize(model, torch.randn(8, 3, 224, 224), chip="Ascend910B1", level=0).report()
+    assert many.latency_us > one.latency_us and many.throughput_per_s > one.throughput_per_s
+
+
+def test_chip_precision_rules_and_bad_arguments():
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU())
+    x = torch.randn(4, 64)
+    rep = optimize(model, x, chip="Ascend910A", level=0, precision="fp32").report()
+    assert rep.precision == "fp32" and any("no fp32 fractal" in n and "fp16" in n for n in rep.notes)
+    with pytest.raises(OptimizeError, match="level 7 is not known"):
+        optimize(model, x, level=7)
+    with pytest.raises(OptimizeError, match="level 3 .* not built yet"):
+        optimize(model, x, level=3)
+    with pytest.raises(OptimizeError, match="precision 'fp8' is not known"):
+        optimize(model, x, precision="fp8")
+    with pytest.raises(ValueError, match="unknown chip"):
+        optimize(model, x, chip="Ascend0")
+
+
+def test_views_make_no_kernels_and_attention_is_costed_as_two_matmuls_and_a_softmax():
+    layer = nn.TransformerEncoderLayer(64, 4, 128, activation="gelu", batch_first=True)
+    model = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+    om = optimize(model, torch.randn(2, 16, 64), chip="Ascend910B1", level=0)
+    ks = cost_graph(om.graph, "Ascend910B1")
+    assert all(any(om.graph.node(n).attrs["unit"] != "free" for n in k.nodes) for k in ks)
+    attn = [k for k in ks if k.unit == "cube+vector"]
+    assert len(attn) == 1 and len(attn[0].reports) == 3
+    assert len(kernels_of(om.graph)) == len(ks)
+
+
+@pytest.mark.parametrize("chip", ["Ascend910A", "Ascend910B1"])
+def test_level1_fuses_conv_bn_relu_and_is_faster_pass_by_pass(resnet50, chip):
+    model, x = resnet50
+    l0 = optimize(model, x, chip=chip, level=0).report()
+    om = optimize(model, x, chip=chip, level=1)
+    l1 = om.report()
+    convs = [k for k in l1.kernels if k.unit == "cube" and "aten.conv2d.default" in k.fused_ops]
+    assert len(convs) == 53
+    assert not any(n.op == "batch_norm" for n in om.graph.nodes)                 # every BN folded
+    in_conv_groups = {n for k in convs for n in k.nodes}
+    relus = [n.name for n in om.graph.nodes if n.op in ("relu", "relu_")]
+    assert len(relus) == 49 and set(relus) <= in_conv_groups                      # every ReLU fused
+    assert len(l1.kernels) < len(l0.kernels) and l1.latency_us < l0.latency_us and l1.gm_bytes < l0.gm_bytes
+    steps = [p.latency_us for p in l1.passes]
+    assert [p.name for p in l1.passes] == ["map_ops", "fold_batchnorm", "fuse_conv_bn_relu", "fuse_elementwise"]
+    assert steps[0] == pytest.approx(l0.latency_us) and steps[-1] == pytest.approx(l1.latency_us)
+    assert all(b <= a + 1e-9 for a, b in zip(steps, steps[1:]))
+    assert any("folded 53 of 53 BatchNorms" in note for p in l1.passes for note in p.notes)

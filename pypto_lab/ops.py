@@ -36,7 +36,12 @@ def _entries() -> dict[str, NpuOp]:
         "rsqrt": ("Rsqrt", "rsqrt"), "exp": ("Exp", "exp"), "log": ("Log", "exp"), "abs": ("Abs", "relu"),
         "reciprocal": ("Reciprocal", "div"), "clamp": ("ClipByValue", "relu"), "where": ("Select", "add"),
         "masked_fill": ("MaskedFill", "add"), "eq": ("Equal", "sub"), "ne": ("NotEqual", "sub"),
-        "lt": ("Less", "sub"), "gt": ("Greater", "sub"), "_to_copy": ("Cast", "cast"), "to": ("Cast", "cast"),
+        "lt": ("Less", "sub"), "gt": ("Greater", "sub"), "ge": ("GreaterEqual", "sub"),
+        "le": ("LessEqual", "sub"), "logical_and": ("LogicalAnd", "mul"), "logical_or": ("LogicalOr", "add"),
+        "logical_not": ("LogicalNot", "relu"), "minimum": ("Minimum", "sub"), "maximum": ("Maximum", "sub"),
+        "floor": ("Floor", "cast"), "ceil": ("Ceil", "cast"), "round": ("Round", "cast"), "sign": ("Sign", "relu"),
+        "sin": ("Sin", "exp"), "cos": ("Cos", "exp"), "masked_fill_": ("MaskedFill", "add"), "fill_": ("Fill", "copy"),
+        "square": ("Square", "mul"), "clamp_min": ("Maximum", "relu"), "clamp_max": ("Minimum", "relu"), "_to_copy": ("Cast", "cast"), "to": ("Cast", "cast"),
         "type_as": ("Cast", "cast"), "bitwise_not": ("LogicalNot", "relu"), "bitwise_and": ("LogicalAnd", "mul"),
         # activations
         "relu": ("Relu", "relu"), "relu_": ("Relu", "relu"), "gelu": ("Gelu", "gelu"), "tanh": ("Tanh", "gelu"),
@@ -44,6 +49,8 @@ def _entries() -> dict[str, NpuOp]:
         "hardtanh": ("ClipByValue", "relu"), "hardtanh_": ("ClipByValue", "relu"), "erf": ("Erf", "gelu"),
         "hardswish": ("HardSwish", "gelu"), "hardswish_": ("HardSwish", "gelu"),
         "hardsigmoid": ("HardSigmoid", "relu"), "leaky_relu": ("LeakyRelu", "relu"),
+        "elu": ("Elu", "exp"), "softplus": ("Softplus", "exp"), "mish": ("Mish", "gelu"), "prelu": ("PRelu", "relu"),
+        "relu6": ("Relu6", "relu"), "glu": ("GLU", "gelu"),
         # normalisation and softmax
         "batch_norm": ("BatchNorm", "batchnorm"), "_native_batch_norm_legit_no_training": ("BatchNorm", "batchnorm"),
         "layer_norm": ("LayerNorm", "layernorm"), "native_layer_norm": ("LayerNorm", "layernorm"),
@@ -53,7 +60,9 @@ def _entries() -> dict[str, NpuOp]:
         "sum": ("ReduceSum", "sum"), "mean": ("ReduceMean", "sum"), "amax": ("ReduceMax", "max"),
         "max": ("ReduceMax", "max"), "var": ("ReduceStd", "layernorm"), "max_pool2d": ("MaxPool", "max"),
         "avg_pool2d": ("AvgPool", "sum"), "adaptive_avg_pool2d": ("AdaptiveAvgPool2d", "sum"),
-        "cumsum": ("Cumsum", "sum"),
+        "cumsum": ("Cumsum", "sum"), "argmax": ("ArgMaxV2", "max"), "amin": ("ReduceMin", "max"),
+        "min": ("ReduceMin", "max"), "prod": ("ReduceProd", "sum"), "norm": ("LpNorm", "rmsnorm"),
+        "adaptive_max_pool2d": ("AdaptiveMaxPool2d", "max"),
         # embedding lookups gather rows: a vector-core data movement
         "embedding": ("GatherV2", "cast"), "index_select": ("GatherV2", "cast"), "gather": ("GatherElements", "cast"),
         "dropout": ("Identity", ""), "alpha_dropout": ("Identity", ""), "clone": ("Identity", ""),
@@ -64,6 +73,9 @@ def _entries() -> dict[str, NpuOp]:
         "repeat": "Tile", "expand_copy": "BroadcastTo", "new_zeros": "Fill", "zeros": "Fill", "ones": "Fill",
         "full": "Fill", "arange": "Range", "zeros_like": "Fill", "ones_like": "Fill", "full_like": "Fill",
         "split_with_sizes_copy": "SplitD", "transdata": "TransData", "index": "GatherV2",
+        "triu": "Triu", "tril": "Tril", "empty": "Fill", "new_ones": "Fill", "new_empty": "Fill",
+        "scalar_tensor": "Fill", "roll": "Roll", "flip": "ReverseV2", "upsample_nearest2d": "ResizeNearestNeighborV2",
+        "upsample_bilinear2d": "ResizeBilinearV2", "scatter": "ScatterElements", "index_put": "ScatterNd",
     }
     free = ("view", "reshape", "_unsafe_view", "flatten", "unflatten", "squeeze", "unsqueeze", "expand",
             "permute", "transpose", "t", "select", "slice", "narrow", "split", "split_with_sizes", "chunk",

@@ -86,3 +86,21 @@ def test_level1_fuses_conv_bn_relu_and_is_faster_pass_by_pass(resnet50, chip):
     assert steps[0] == pytest.approx(l0.latency_us) and steps[-1] == pytest.approx(l1.latency_us)
     assert all(b <= a + 1e-9 for a, b in zip(steps, steps[1:]))
     assert any("folded 53 of 53 BatchNorms" in note for p in l1.passes for note in p.notes)
+
+
+@pytest.fixture(scope="module")
+def bert_base():
+    from transformers import BertConfig, BertModel
+
+    config = BertConfig()
+    return BertModel(config), torch.randint(0, config.vocab_size, (1, 128))
+
+
+def test_bert_base_maps_every_op_and_costs_each_layers_attention(bert_base):
+    model, ids = bert_base
+    rep = optimize(model, (ids,), chip="Ascend910B1", level=1).report()
+    assert rep.fallback_ops == []
+    attention = [k for k in rep.kernels if k.fused_ops == ["aten.scaled_dot_product_attention.default"]]
+    assert len(attention) == 12
+    gelu = [k for k in rep.kernels if k.unit == "cube" and "aten.gelu.default" in k.fused_ops]
+    assert len(gelu) == 12  # the FFN's first linear carries its GELU

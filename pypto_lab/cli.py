@@ -1,5 +1,5 @@
 """The `pypto-lab` command: `tour` (the main job of `make demo`), `chips`, `matmul`, `vector`,
-`calibrate`."""
+`report`, `compare`, `calibrate`."""
 
 from __future__ import annotations
 
@@ -110,6 +110,38 @@ def cmd_calibrate(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from .optimize import optimize
+    from .zoo import load_model
+
+    model, inputs = load_model(args.model, args.batch, args.seq)
+    rep = optimize(model, inputs, chip=args.chip, level=args.level, precision=args.precision).report()
+    print(rep.table(args.top))
+    if args.json:
+        write_json_atomic(args.json, rep.to_dict())
+        print(f"wrote {args.json}")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from .optimize import LEVELS, optimize
+    from .zoo import load_model
+
+    model, inputs = load_model(args.model, args.batch, args.seq)
+    reports = [optimize(model, inputs, chip=args.chip, level=lv, precision=args.precision).report()
+               for lv in sorted(LEVELS)]
+    base = reports[0].latency_us
+    rows = [[f"level {r.level}", f"{r.latency_us:,.1f}", len(r.kernels), f"{r.gm_bytes / 1e6:,.1f}",
+             f"{base / r.latency_us:.2f}x"] for r in reports]
+    print(f"{reports[0].model} on {args.chip}, {args.precision}, batch {args.batch}")
+    print(_table(["level", "latency us", "kernels", "GM MB", "speedup"], rows))
+    last = reports[-1]
+    print("\npass by pass at the highest level:")
+    print(_table(["after pass", "latency us", "kernels"],
+                 [[p.name, f"{p.latency_us:,.1f}", p.kernel_count] for p in last.passes]))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pypto-lab", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -132,6 +164,19 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--json", help="also write the report as JSON")
     mm.set_defaults(func=cmd_matmul)
     vc.set_defaults(func=cmd_vector)
+    for cmd, func, helptext in (("report", cmd_report, "optimise a model and print its kernels and totals"),
+                                ("compare", cmd_compare, "the optimisation levels side by side")):
+        q = sub.add_parser(cmd, help=helptext)
+        q.add_argument("model", help="resnet50, bert-base, or package.module:function returning (model, inputs)")
+        q.add_argument("--chip", default="Ascend910A")
+        q.add_argument("--batch", type=int, default=1)
+        q.add_argument("--seq", type=int, default=None, help="sequence length (bert-base: 128)")
+        q.add_argument("--precision", default="fp16")
+        if cmd == "report":
+            q.add_argument("--level", type=int, default=1)
+            q.add_argument("--top", type=int, default=15, help="kernels to list, slowest first")
+            q.add_argument("--json", help="also write the report as JSON")
+        q.set_defaults(func=func)
     c = sub.add_parser("calibrate", help="compare the model with the measured micro-benchmarks")
     c.add_argument("--chip", required=True)
     c.add_argument("--json", help="write {table/path/dtypes: {rows, mape, max_ape}} to this file")

@@ -37,3 +37,24 @@ def test_bad_input_exits_2_with_the_reason(capsys):
     assert "unknown chip 'Ascend999'; known chips: Ascend310P3" in capsys.readouterr().err
     assert main(["matmul", "64", "64", "64", "--chip", "Ascend910A", "--dtype", "bf16"]) == 2
     assert "no bf16 fractal" in capsys.readouterr().err
+
+
+def test_report_and_compare_on_resnet50(tmp_path, capsys):
+    path = tmp_path / "r.json"
+    assert main(["report", "resnet50", "--chip", "Ascend910A", "--level", "1", "--top", "3", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "ResNet on Ascend910A, level 1" in out and "total: 56 kernels" in out
+    d = json.loads(path.read_text())
+    assert d["kernel_count"] == 56 and d["level"] == 1
+    assert main(["compare", "resnet50", "--chip", "Ascend910B1"]) == 0
+    out = capsys.readouterr().out
+    assert "level 0" in out and "level 1" in out and "fuse_conv_bn_relu" in out
+
+
+def test_report_names_what_it_cannot_load(capsys):
+    assert main(["report", "alexnet9"]) == 2
+    assert "unknown model 'alexnet9'" in capsys.readouterr().err
+    assert main(["report", "torchvision.models:resnet18"]) == 2
+    assert "must return (model, example_inputs)" in capsys.readouterr().err
+    assert main(["report", "resnet50", "--level", "3"]) == 2
+    assert "level 3" in capsys.readouterr().err

@@ -173,7 +173,31 @@ def cost_kernel(graph: Graph, nodes: list[Node], chip: Chip, precision: str = "f
     )
 
 
+def _cost_decomposed(graph: Graph, node: Node, chip: Chip, precision: str) -> list[KernelCost]:
+    """A composite split by the `decompose` pass: one kernel per primitive, each a GM round trip."""
+    if node.attrs["decomposed"] == ["attention"]:
+        return [cost_kernel(graph, [node], chip, precision)]
+    out = node.outputs[0]
+    vdt = precision if precision in ("fp16", "bf16", "fp32") else "fp16"
+    row = out.shape[-1] if out.shape else 1
+    costs = []
+    for i, prim in enumerate(node.attrs["decomposed"]):
+        r = simulate_vector(prim, max(out.numel, 1), dtype=vdt, chip=chip, row_len=row,
+                            name=f"{node.name}.{i} {prim}")
+        costs.append(KernelCost(
+            name=f"{node.attrs.get('npu_op', node.op)}.{i}:{node.module or node.name}", unit="vector",
+            nodes=[node.name], fused_ops=[f"{node.target} ({prim})"], cycles=r.cycles, time_us=r.time_us,
+            gm_bytes=r.gm_bytes, tile=dict(r.tile), reports=[r]))
+    return costs
+
+
 def cost_graph(graph: Graph, chip: str | Chip, precision: str = "fp16") -> list[KernelCost]:
     """Every kernel of a mapped graph with its simulated cost, in execution order."""
     chip = get_chip(chip)
-    return [cost_kernel(graph, nodes, chip, precision) for nodes in kernels_of(graph)]
+    costs: list[KernelCost] = []
+    for nodes in kernels_of(graph):
+        if len(nodes) == 1 and nodes[0].attrs.get("decomposed"):
+            costs.extend(_cost_decomposed(graph, nodes[0], chip, precision))
+        else:
+            costs.append(cost_kernel(graph, nodes, chip, precision))
+    return costs

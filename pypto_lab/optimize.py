@@ -2,9 +2,10 @@
 cost every kernel on the simulated chip, and report.
 
 Optimisation levels are named pipelines of registered passes. Built so far: level 0 (op mapping
-only, every ATen op its own kernel, default tilings) and level 1 (+ BatchNorm folding,
-Conv+BN+ReLU / matmul-epilogue fusion, element-wise chain fusion). Levels 2 (layout, memory
-reuse) and 3 (tiling search, aggressive passes) are not built yet and say so.
+and decomposition of composites: every primitive its own kernel, default tilings) and level 1
+(+ BatchNorm folding, Conv+BN+ReLU and matmul-epilogue fusion, fused LayerNorm, fused attention,
+element-wise chain fusion). Levels 2 (layout, memory reuse) and 3 (tiling search, aggressive
+passes) are not built yet and say so.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from .passes import PassContext, PassManager, RecordSnapshots
 from .passes.op_mapping import fallbacks
 
 LEVELS: dict[int, list[str]] = {
-    0: ["map_ops"],
-    1: ["map_ops", "fold_batchnorm", "fuse_conv_bn_relu", "fuse_elementwise"],
+    0: ["map_ops", "decompose"],
+    1: ["map_ops", "decompose", "fold_batchnorm", "fuse_conv_bn_relu", "fuse_layernorm", "fuse_attention",
+        "fuse_elementwise"],
 }
 PLANNED_LEVELS = {2: "layout (NC1HWC0, FRACTAL_NZ) and memory reuse", 3: "tiling search and the aggressive passes"}
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")

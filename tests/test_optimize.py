@@ -32,7 +32,8 @@ def test_level0_report_has_every_kernel_and_the_totals(resnet50):
     assert {k["unit"] for k in d["kernels"]} == {"cube", "vector"}
     conv = next(k for k in d["kernels"] if k["name"] == "Conv2D:conv1")
     assert conv["fused_ops"] == ["aten.conv2d.default"] and conv["cycles"] > 0 and set(conv["tile"]) >= {"m_l0", "k_l1"}
-    assert [p["name"] for p in d["passes"]] == ["map_ops"] and d["passes"][0]["kernel_count"] == d["kernel_count"]
+    assert [p["name"] for p in d["passes"]] == ["map_ops", "decompose"]
+    assert d["passes"][-1]["kernel_count"] == d["kernel_count"]
 
 
 def test_a_bigger_batch_takes_longer_but_raises_throughput(resnet50):
@@ -65,7 +66,8 @@ def test_views_make_no_kernels_and_attention_is_costed_as_two_matmuls_and_a_soft
     assert all(any(om.graph.node(n).attrs["unit"] != "free" for n in k.nodes) for k in ks)
     attn = [k for k in ks if k.unit == "cube+vector"]
     assert len(attn) == 1 and len(attn[0].reports) == 3
-    assert len(kernels_of(om.graph)) == len(ks)
+    decomposed = sum(len(n.attrs["decomposed"]) - 1 for n in om.graph.nodes if n.attrs.get("decomposed"))
+    assert len(kernels_of(om.graph)) + decomposed == len(ks)
 
 
 @pytest.mark.parametrize("chip", ["Ascend910A", "Ascend910B1"])
@@ -82,7 +84,8 @@ def test_level1_fuses_conv_bn_relu_and_is_faster_pass_by_pass(resnet50, chip):
     assert len(relus) == 49 and set(relus) <= in_conv_groups                      # every ReLU fused
     assert len(l1.kernels) < len(l0.kernels) and l1.latency_us < l0.latency_us and l1.gm_bytes < l0.gm_bytes
     steps = [p.latency_us for p in l1.passes]
-    assert [p.name for p in l1.passes] == ["map_ops", "fold_batchnorm", "fuse_conv_bn_relu", "fuse_elementwise"]
+    assert [p.name for p in l1.passes] == ["map_ops", "decompose", "fold_batchnorm", "fuse_conv_bn_relu",
+                                           "fuse_layernorm", "fuse_attention", "fuse_elementwise"]
     assert steps[0] == pytest.approx(l0.latency_us) and steps[-1] == pytest.approx(l1.latency_us)
     assert all(b <= a + 1e-9 for a, b in zip(steps, steps[1:]))
     assert any("folded 53 of 53 BatchNorms" in note for p in l1.passes for note in p.notes)
@@ -98,8 +101,16 @@ def bert_base():
 
 def test_bert_base_maps_every_op_and_costs_each_layers_attention(bert_base):
     model, ids = bert_base
+    l0 = optimize(model, (ids,), chip="Ascend910B1", level=0).report()
     rep = optimize(model, (ids,), chip="Ascend910B1", level=1).report()
-    assert rep.fallback_ops == []
+    assert rep.fallback_ops == [] and l0.fallback_ops == []
+    # level 0 runs LayerNorm as 8 primitive kernels and GELU as 5; level 1 as one each
+    ln0 = [k for k in l0.kernels if k.name.startswith("LayerNorm.")]
+    assert len(ln0) == 25 * 8
+    ln1 = [k for k in rep.kernels if "aten.layer_norm.default" in k.fused_ops]
+    assert len(ln1) == 25 and sum(k.time_us for k in ln1) < sum(k.time_us for k in ln0) / 3
+    assert sum("aten.add.Tensor" in k.fused_ops for k in ln1) >= 24  # the residual adds ride along
+    assert rep.latency_us < l0.latency_us
     attention = [k for k in rep.kernels if k.fused_ops == ["aten.scaled_dot_product_attention.default"]]
     assert len(attention) == 12
     gelu = [k for k in rep.kernels if k.unit == "cube" and "aten.gelu.default" in k.fused_ops]

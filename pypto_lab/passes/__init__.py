@@ -4,7 +4,15 @@
 of its own and registers itself by name on import.
 """
 
-from . import fold_batchnorm, fuse_conv_bn_relu, fuse_elementwise, op_mapping  # noqa: F401 (register passes)
+from . import (  # noqa: F401 (register passes)
+    decompose,
+    fold_batchnorm,
+    fuse_composites,
+    fuse_conv_bn_relu,
+    fuse_elementwise,
+    op_mapping,
+    plan_memory,
+)
 from .base import (
     REGISTRY,
     Instrument,

@@ -21,6 +21,7 @@ from .hw.chip import Chip, get_chip
 from .model_cost import KernelCost, cost_graph
 from .passes import PassContext, PassManager, RecordSnapshots
 from .passes.op_mapping import fallbacks
+from .passes.plan_memory import MemoryPlan, memory_plan
 
 LEVELS: dict[int, list[str]] = {
     0: ["map_ops", "decompose"],
@@ -67,6 +68,7 @@ class Report:
     kernels: list[KernelCost]
     passes: list[PassStep]
     fallback_ops: list[str]
+    memory: MemoryPlan | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -81,6 +83,11 @@ class Report:
     def gm_bytes(self) -> float:
         return sum(k.gm_bytes for k in self.kernels)
 
+    @property
+    def peak_memory_bytes(self) -> int:
+        """Peak GM use of one run under this level's plan (no buffer reuse before level 2)."""
+        return int(self.memory.peak_bytes) if self.memory else 0
+
     def utilization(self, unit: str) -> float:
         """Time-weighted Cube or Vector utilisation over the model's kernels."""
         total = sum(k.time_us for k in self.kernels)
@@ -94,6 +101,8 @@ class Report:
             "model": self.model, "chip": self.chip, "level": self.level, "precision": self.precision,
             "batch": self.batch, "latency_us": self.latency_us, "throughput_per_s": self.throughput_per_s,
             "kernel_count": len(self.kernels), "gm_bytes": self.gm_bytes,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "peak_memory_bytes_with_reuse": int(self.memory.peak_bytes_reuse) if self.memory else 0,
             "cube_utilization": self.utilization("cube"), "vector_utilization": self.utilization("vector"),
             "fallback_ops": list(self.fallback_ops), "kernels": [k.to_dict() for k in self.kernels],
             "passes": [{"name": p.name, "latency_us": p.latency_us, "kernel_count": p.kernel_count,
@@ -111,7 +120,8 @@ class Report:
             lines.append(f"{k.name:<{width}}  {k.unit:<11}  {k.time_us:9.1f}  {k.gm_bytes / 1e6:8.2f}  {ops}")
         lines.append(f"total: {len(self.kernels)} kernels, {self.latency_us:,.1f} us, "
                      f"{self.throughput_per_s:,.1f} samples/s, GM {self.gm_bytes / 1e6:,.1f} MB, "
-                     f"cube {self.utilization('cube'):.0%}, vector {self.utilization('vector'):.0%}")
+                     f"cube {self.utilization('cube'):.0%}, vector {self.utilization('vector'):.0%}, "
+                     f"peak memory {self.peak_memory_bytes / 1e6:,.1f} MB")
         if self.fallback_ops:
             lines.append(f"CPU fallbacks: {', '.join(self.fallback_ops)}")
         lines.extend(f"note: {n}" for n in self.notes)
@@ -156,6 +166,7 @@ def optimize(model: torch.nn.Module, example_inputs, chip: str | Chip = "Ascend9
             costs = cost_graph(snap.graph, chip, cube_precision)
         steps.append(PassStep(snap.name, sum(k.time_us for k in costs), len(costs), snap.notes))
     kernels = cost_graph(optimized, chip, cube_precision)
+    plan = memory_plan(optimized, precision=cube_precision, reuse=level >= 2)
     report = Report(graph.model_name, chip.name, level, precision, _batch_of(example_inputs), kernels, steps,
-                    fallbacks(optimized), [note] if note else [])
+                    fallbacks(optimized), plan, [note] if note else [])
     return OptimizedModel(model, optimized, report)

@@ -25,6 +25,8 @@ def test_level0_report_has_every_kernel_and_the_totals(resnet50):
                 "gm_bytes", "cube_utilization", "vector_utilization", "fallback_ops", "kernels", "passes"):
         assert key in d
     assert d["fallback_ops"] == [] and d["batch"] == 1
+    # no reuse before level 2: every activation has its own buffer, weights are resident
+    assert d["peak_memory_bytes"] > d["peak_memory_bytes_with_reuse"] > 25_000_000 * 2
     # level 0: one kernel per non-view op: 53 conv + 53 BN + 49 ReLU + 16 add + pools + linear
     assert d["kernel_count"] == 53 + 53 + 49 + 16 + 1 + 1 + 1
     assert d["latency_us"] == pytest.approx(sum(k["time_us"] for k in d["kernels"]))

@@ -5,8 +5,8 @@ node; views ("free") make no kernel of their own. Each kernel is costed by the c
 Cube kernels (conv as implicit GEMM, linear, matmul, bmm) with `simulate_matmul` and the
 epilogue their group fused (ReLU/bias on FixPipe, anything else on the Vector unit); vector
 kernels with `simulate_vector` on the fused chain of their ops; data movement as a GM->UB->GM
-copy; attention (a composite) as QK^T, softmax and PV. CPU-lane nodes are listed, not costed
-on the device.
+copy; attention with `simulate_attention` (fused FlashAttention once `fuse_attention` marked it).
+CPU-lane nodes are listed, not costed on the device.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from math import prod
 from typing import Any
 
 from .graph import Graph, Node
+from .hw.attention import simulate_attention
 from .hw.chip import Chip, get_chip
 from .hw.kernels import KernelReport, fuse_vector_ops, simulate_matmul, simulate_vector
 
@@ -122,16 +123,12 @@ def _cost_cube(graph: Graph, nodes: list[Node], anchor: Node, chip: Chip, precis
 
 
 def _cost_attention(graph: Graph, node: Node, chip: Chip, precision: str) -> list[KernelReport]:
+    """Attention: FlashAttention (online softmax) once `fuse_attention` marked it, otherwise the
+    unfused QK^T, scale + softmax and PV with the scores in GM."""
     q, kk = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1])
-    b = prod(q[:-2])
-    s_q, d, s_k = q[-2], q[-1], kk[-2]
     dtype = _cube_dtype(chip, precision)
-    vdt = precision if precision in ("fp16", "bf16", "fp32") else "fp16"
-    return [
-        simulate_matmul(s_q, d, s_k, dtype=dtype, chip=chip, batch=b, name=f"{node.name} QK^T"),
-        simulate_vector("softmax", b * s_q * s_k, dtype=vdt, chip=chip, row_len=s_k, name=f"{node.name} softmax"),
-        simulate_matmul(s_q, s_k, d, dtype=dtype, chip=chip, batch=b, name=f"{node.name} PV"),
-    ]
+    return [simulate_attention(prod(q[:-2]), q[-2], kk[-2], q[-1], dtype=dtype, chip=chip,
+                               fused=bool(node.attrs.get("flash")), name=node.name)]
 
 
 def _cost_vector(graph: Graph, nodes: list[Node], chip: Chip, precision: str) -> list[KernelReport]:

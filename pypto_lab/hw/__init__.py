@@ -1,6 +1,7 @@
 """The simulated Ascend chip: presets, AI Core model, tiling rules, event simulator, numerics,
 calibration against measured micro-benchmarks."""
 
+from .attention import simulate_attention
 from .chip import (
     PIPES,
     Buffer,
@@ -30,6 +31,6 @@ def microbench(chip, table, path_or_instr, dtypes="", x=None, m=None, k=None, n=
 __all__ = [
     "PIPES", "Buffer", "Chip", "ChipConfigError", "CubeTile", "CubeUnit", "DataPath", "KernelReport",
     "Program", "Timeline", "TilingError", "VecTile", "VectorTiming", "VectorUnit", "get_chip",
-    "list_chips", "load_chip", "microbench", "simulate", "simulate_conv2d", "simulate_matmul",
+    "list_chips", "load_chip", "microbench", "simulate", "simulate_attention", "simulate_conv2d", "simulate_matmul",
     "simulate_vector",
 ]

@@ -22,6 +22,26 @@ from .hw.kernels import KernelReport, fuse_vector_ops, simulate_matmul, simulate
 
 FIXPIPE_ACTIVATIONS = {"relu", "relu_"}
 
+# Simulations are deterministic functions of their arguments: a model repeats the same kernel
+# shapes many times (ResNet's bottlenecks, BERT's layers) and every pass snapshot costs the graph
+# again, so each distinct kernel is simulated once per chip object.
+_MEMO: dict[tuple, KernelReport] = {}
+_MEMO_LIMIT = 20_000
+
+
+def _memo(fn, chip: Chip, *args, **kwargs) -> KernelReport:
+    key = (fn.__name__, id(chip), chip.name, args, tuple(sorted(kwargs.items())))
+    hit = _MEMO.get(key)
+    if hit is None:
+        if len(_MEMO) >= _MEMO_LIMIT:
+            _MEMO.clear()
+        hit = _MEMO[key] = fn(*args, chip=chip, **kwargs)
+        _CHIPS_ALIVE[id(chip)] = chip  # keep the chip alive while its id is a key
+    return hit
+
+
+_CHIPS_ALIVE: dict[int, Chip] = {}
+
 
 @dataclass
 class KernelCost:
@@ -118,8 +138,8 @@ def _cost_cube(graph: Graph, nodes: list[Node], anchor: Node, chip: Chip, precis
     else:
         epilogue = "vector" if any(o.startswith("add") for o in others) and len(others) <= 2 else "gelu"
     dtype = _cube_dtype(chip, precision)
-    return [simulate_matmul(max(m, 1), max(k, 1), max(n, 1), dtype=dtype, chip=chip, batch=max(batch, 1),
-                            epilogue=epilogue, name=anchor.name)]
+    return [_memo(simulate_matmul, chip, max(m, 1), max(k, 1), max(n, 1), dtype=dtype, batch=max(batch, 1),
+                  epilogue=epilogue)]
 
 
 def _cost_attention(graph: Graph, node: Node, chip: Chip, precision: str) -> list[KernelReport]:
@@ -127,8 +147,8 @@ def _cost_attention(graph: Graph, node: Node, chip: Chip, precision: str) -> lis
     unfused QK^T, scale + softmax and PV with the scores in GM."""
     q, kk = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1])
     dtype = _cube_dtype(chip, precision)
-    return [simulate_attention(prod(q[:-2]), q[-2], kk[-2], q[-1], dtype=dtype, chip=chip,
-                               fused=bool(node.attrs.get("flash")), name=node.name)]
+    return [_memo(simulate_attention, chip, prod(q[:-2]), q[-2], kk[-2], q[-1], dtype=dtype,
+                  fused=bool(node.attrs.get("flash")))]
 
 
 def _cost_vector(graph: Graph, nodes: list[Node], chip: Chip, precision: str) -> list[KernelReport]:
@@ -146,7 +166,7 @@ def _cost_vector(graph: Graph, nodes: list[Node], chip: Chip, precision: str) ->
         row_len = shape[-1] if shape and numel % shape[-1] == 0 else numel
         if numel % row_len:
             row_len = numel
-    return [simulate_vector(spec, numel, dtype=vdt, chip=chip, row_len=row_len, name="+".join(ops))]
+    return [_memo(simulate_vector, chip, spec, numel, dtype=vdt, row_len=row_len, name="+".join(ops))]
 
 
 def cost_kernel(graph: Graph, nodes: list[Node], chip: Chip, precision: str = "fp16") -> KernelCost:
@@ -179,8 +199,7 @@ def _cost_decomposed(graph: Graph, node: Node, chip: Chip, precision: str) -> li
     row = out.shape[-1] if out.shape else 1
     costs = []
     for i, prim in enumerate(node.attrs["decomposed"]):
-        r = simulate_vector(prim, max(out.numel, 1), dtype=vdt, chip=chip, row_len=row,
-                            name=f"{node.name}.{i} {prim}")
+        r = _memo(simulate_vector, chip, prim, max(out.numel, 1), dtype=vdt, row_len=row)
         costs.append(KernelCost(
             name=f"{node.attrs.get('npu_op', node.op)}.{i}:{node.module or node.name}", unit="vector",
             nodes=[node.name], fused_ops=[f"{node.target} ({prim})"], cycles=r.cycles, time_us=r.time_us,

@@ -1,0 +1,65 @@
+"""Speed of whole-model optimisation: passes + kernel costing, capture excluded.
+
+Run:  .venv/bin/python benchmarks/bench_optimize.py [--repeats N]
+
+Medians of warm runs: the model is captured (and the numba JIT loaded) before timing; the
+per-chip memo of kernel simulations is cleared before every timed run, so each run simulates
+every distinct kernel once. Also times models of 25, 50 and 100 identical-width MLP layers to
+show that the cost grows linearly with the layer count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+
+from pypto_lab import model_cost
+from pypto_lab.graph import capture
+from pypto_lab.optimize import optimize
+from pypto_lab.zoo import bert_base, resnet50
+
+
+def timed(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        model_cost._MEMO.clear()
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def mlp(layers: int) -> nn.Module:
+    blocks = []
+    for i in range(layers):
+        blocks += [nn.Linear(512 + (i % 7) * 16, 512 + ((i + 1) % 7) * 16), nn.GELU()]
+    return nn.Sequential(*blocks)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+    print("| model | level | chip | median time (capture excluded) |")
+    print("|---|---:|---|---:|")
+    cases = [("ResNet-50 batch 32", *resnet50(batch=32)), ("BERT-base batch 8 seq 128", *bert_base(batch=8))]
+    for label, model, inputs in cases:
+        capture(model, inputs)
+        for chip in ("Ascend910A", "Ascend910B1"):
+            optimize(model, inputs, chip=chip, level=1)
+            t = timed(lambda m=model, i=inputs, c=chip: optimize(m, i, chip=c, level=1), args.repeats)
+            print(f"| {label} | 1 | {chip} | {t * 1e3:.0f} ms |")
+    for layers in (25, 50, 100):
+        model, x = mlp(layers), torch.randn(64, 512)
+        capture(model, (x,))
+        optimize(model, (x,), chip="Ascend910B1", level=1)
+        t = timed(lambda m=model, x=x: optimize(m, (x,), chip="Ascend910B1", level=1), args.repeats)
+        print(f"| MLP of {layers} Linear+GELU layers, batch 64 | 1 | Ascend910B1 | {t * 1e3:.0f} ms ({t / layers * 1e3:.1f} ms per layer) |")
+
+
+if __name__ == "__main__":
+    main()

@@ -36,6 +36,34 @@ class OptimizeError(ValueError):
     """Bad arguments to `optimize`: the message names the value, the rule and a fix."""
 
 
+# The keys of the seed article's `pypto.set_optimization_options({...})`, with their defaults.
+OPTION_DEFAULTS: dict[str, Any] = {
+    "graph_optimization_level": 1,      # the level optimize() uses when none is given
+    "memory_optimization": None,        # GM buffer reuse; None: from level 2 on
+    "computation_optimization": True,   # recorded; the fusion passes are what computation optimisation is here
+    "communication_optimization": False,  # recorded; one chip, no collective communication is modelled
+    "auto_mixed_precision": True,       # precision when none is given: fp16 (True) or fp32 (False)
+}
+_OPTIONS: dict[str, Any] = dict(OPTION_DEFAULTS)
+
+
+def set_optimization_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Set defaults for `optimize` with the keys the seed article uses; returns the options in force."""
+    unknown = sorted(set(options) - set(OPTION_DEFAULTS))
+    if unknown:
+        raise OptimizeError(f"unknown optimization option(s) {', '.join(map(repr, unknown))}; known: "
+                            f"{', '.join(OPTION_DEFAULTS)}")
+    level = options.get("graph_optimization_level", _OPTIONS["graph_optimization_level"])
+    if level not in (0, 1, 2, 3):
+        raise OptimizeError(f"graph_optimization_level {level!r}: levels are 0, 1, 2, 3")
+    _OPTIONS.update(options)
+    return dict(_OPTIONS)
+
+
+def get_optimization_options() -> dict[str, Any]:
+    return dict(_OPTIONS)
+
+
 def resolve_precision(chip: Chip, precision: str) -> tuple[str, str]:
     """The precision the Cube really runs, and a note when CANN's rule changes it."""
     if precision not in PRECISIONS:
@@ -145,10 +173,17 @@ def _batch_of(example_inputs) -> int:
     return int(first.shape[0]) if isinstance(first, torch.Tensor) and first.dim() else 1
 
 
-def optimize(model: torch.nn.Module, example_inputs, chip: str | Chip = "Ascend910A", level: int = 1,
-             precision: str = "fp16") -> OptimizedModel:
-    """Capture ``model`` on ``example_inputs``, optimise it at ``level`` for ``chip`` and cost it."""
+def optimize(model: torch.nn.Module, example_inputs, chip: str | Chip = "Ascend910A", level: int | None = None,
+             precision: str | None = None) -> OptimizedModel:
+    """Capture ``model`` on ``example_inputs``, optimise it at ``level`` for ``chip`` and cost it.
+
+    ``level`` and ``precision`` default to `set_optimization_options`' graph_optimization_level
+    and auto_mixed_precision (fp16 when on, fp32 when off)."""
     chip = get_chip(chip)
+    if level is None:
+        level = _OPTIONS["graph_optimization_level"]
+    if precision is None:
+        precision = "fp16" if _OPTIONS["auto_mixed_precision"] else "fp32"
     if level in PLANNED_LEVELS:
         raise OptimizeError(f"level {level} ({PLANNED_LEVELS[level]}) is not built yet; use level 0 or 1")
     if level not in LEVELS:
@@ -156,7 +191,7 @@ def optimize(model: torch.nn.Module, example_inputs, chip: str | Chip = "Ascend9
     cube_precision, note = resolve_precision(chip, precision)
     graph = capture(model, example_inputs)
     recorder = RecordSnapshots()
-    ctx = PassContext(chip=chip, precision=cube_precision)
+    ctx = PassContext(chip=chip, precision=cube_precision, options=dict(_OPTIONS))
     optimized = PassManager(LEVELS[level], [recorder]).run(graph, ctx)
     steps = []
     for snap in recorder.snapshots:
@@ -166,7 +201,8 @@ def optimize(model: torch.nn.Module, example_inputs, chip: str | Chip = "Ascend9
             costs = cost_graph(snap.graph, chip, cube_precision)
         steps.append(PassStep(snap.name, sum(k.time_us for k in costs), len(costs), snap.notes))
     kernels = cost_graph(optimized, chip, cube_precision)
-    plan = memory_plan(optimized, precision=cube_precision, reuse=level >= 2)
+    reuse = _OPTIONS["memory_optimization"]
+    plan = memory_plan(optimized, precision=cube_precision, reuse=level >= 2 if reuse is None else bool(reuse))
     report = Report(graph.model_name, chip.name, level, precision, _batch_of(example_inputs), kernels, steps,
                     fallbacks(optimized), plan, [note] if note else [])
     return OptimizedModel(model, optimized, report)

@@ -120,3 +120,22 @@ def test_bert_base_maps_every_op_and_costs_each_layers_attention(bert_base):
     assert len(attention) == 12
     gelu = [k for k in rep.kernels if k.unit == "cube" and "aten.gelu.default" in k.fused_ops]
     assert len(gelu) == 12  # the FFN's first linear carries its GELU
+
+
+def test_set_optimization_options_sets_the_defaults():
+    import pypto_lab
+
+    model, x = nn.Sequential(nn.Linear(64, 64), nn.GELU()), torch.randn(8, 64)
+    before = pypto_lab.get_optimization_options()
+    try:
+        pypto_lab.set_optimization_options({"graph_optimization_level": 0, "auto_mixed_precision": False,
+                                            "memory_optimization": True})
+        rep = pypto_lab.optimize(model, x, chip="Ascend910B1").report()
+        assert rep.level == 0 and rep.precision == "fp32"
+        assert rep.peak_memory_bytes == rep.to_dict()["peak_memory_bytes_with_reuse"]
+        with pytest.raises(OptimizeError, match="unknown optimization option.*'turbo'.*graph_optimization_level"):
+            pypto_lab.set_optimization_options({"turbo": True})
+        with pytest.raises(OptimizeError, match="graph_optimization_level 9"):
+            pypto_lab.set_optimization_options({"graph_optimization_level": 9})
+    finally:
+        pypto_lab.set_optimization_options(before)

@@ -4,8 +4,9 @@ cost every kernel on the simulated chip, and report.
 Optimisation levels are named pipelines of registered passes. Built so far: level 0 (op mapping
 and decomposition of composites: every primitive its own kernel, default tilings) and level 1
 (+ BatchNorm folding, Conv+BN+ReLU and matmul-epilogue fusion, fused LayerNorm, fused attention,
-element-wise chain fusion). Levels 2 (layout, memory reuse) and 3 (tiling search, aggressive
-passes) are not built yet and say so.
+element-wise chain fusion) and level 2 (+ device layouts NC1HWC0 / FRACTAL_NZ with the TransData
+they need, and GM buffer reuse). Level 3 (tiling search, aggressive passes) is not built yet and
+says so.
 """
 
 from __future__ import annotations
@@ -27,8 +28,11 @@ LEVELS: dict[int, list[str]] = {
     0: ["map_ops", "decompose"],
     1: ["map_ops", "decompose", "fold_batchnorm", "fuse_conv_bn_relu", "fuse_layernorm", "fuse_attention",
         "fuse_elementwise"],
+    # level 2 also plans GM with buffer reuse (see `optimize`)
+    2: ["map_ops", "decompose", "fold_batchnorm", "fuse_conv_bn_relu", "fuse_layernorm", "fuse_attention",
+        "fuse_elementwise", "layout"],
 }
-PLANNED_LEVELS = {2: "layout (NC1HWC0, FRACTAL_NZ) and memory reuse", 3: "tiling search and the aggressive passes"}
+PLANNED_LEVELS = {3: "tiling search and the aggressive passes"}
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 
 
@@ -185,7 +189,7 @@ def optimize(model: torch.nn.Module, example_inputs, chip: str | Chip = "Ascend9
     if precision is None:
         precision = "fp16" if _OPTIONS["auto_mixed_precision"] else "fp32"
     if level in PLANNED_LEVELS:
-        raise OptimizeError(f"level {level} ({PLANNED_LEVELS[level]}) is not built yet; use level 0 or 1")
+        raise OptimizeError(f"level {level} ({PLANNED_LEVELS[level]}) is not built yet; use level 0, 1 or 2")
     if level not in LEVELS:
         raise OptimizeError(f"level {level!r} is not known; levels are 0-3 (built: {', '.join(map(str, LEVELS))})")
     cube_precision, note = resolve_precision(chip, precision)

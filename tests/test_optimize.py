@@ -139,3 +139,13 @@ def test_set_optimization_options_sets_the_defaults():
             pypto_lab.set_optimization_options({"graph_optimization_level": 9})
     finally:
         pypto_lab.set_optimization_options(before)
+
+
+def test_level2_adds_layouts_and_memory_reuse(resnet50):
+    model, x = resnet50
+    l1 = optimize(model, x, chip="Ascend910A", level=1).report()
+    l2 = optimize(model, x, chip="Ascend910A", level=2).report()
+    transdata = [k for k in l2.kernels if k.name.startswith("TransData")]
+    assert len(transdata) == 4 and len(l2.kernels) == len(l1.kernels) + 4
+    assert l2.peak_memory_bytes < l1.peak_memory_bytes       # buffers are reused from level 2 on
+    assert l2.passes[-1].name == "layout"

@@ -10,6 +10,7 @@ from . import (  # noqa: F401 (register passes)
     fuse_composites,
     fuse_conv_bn_relu,
     fuse_elementwise,
+    layout,
     op_mapping,
     plan_memory,
 )

@@ -1,0 +1,248 @@
+"""Assign every tensor a device format and insert the format conversions (TransData) it needs.
+
+The AI Core does not read plain row-major tensors everywhere: the Cube's convolution kernels
+consume and produce activations in NC1HWC0 (5HD, C0 = 16 for fp16) and its matmul kernels
+(linear, addmm, mm, matmul, bmm, ...) matrices in FRACTAL_NZ. Graph inputs and outputs are ND
+(NCHW for 4-D). This pass walks the graph in order and gives each node's output a format:
+
+* Cube convolutions: inputs and output NC1HWC0; Cube matmuls: activation inputs and output
+  FRACTAL_NZ.
+* Ops that need ND: softmax, layer/group norm, embedding and gathers, reductions (except pooling
+  and a keepdim mean/sum over H and W of a 5HD tensor), views that change the logical layout
+  (view, reshape, flatten, permute, transpose, select, slice, ...), data movement other than
+  plain copies (cat, pad, ...), attention and CPU fallbacks.
+* Everything else (element-wise Vector ops, pooling, unfolded BatchNorm, dropout, copies) is
+  format-agnostic: it takes the format of its first activation input; other activation inputs
+  in another format are converted to it (or, when that format does not fit their rank, every
+  input goes ND).
+
+Where a node needs an input in a format its producer does not give, a TransData node (target
+``pypto.transdata``, unit "move", costed as a GM->UB->GM copy) is inserted right before the
+first node that needs it and shared by every later node needing the same (tensor, format).
+Graph outputs not in ND get a final TransData. Then round trips (a TransData A->B reading a
+TransData B->A) are removed. Parameters and buffers are never converted in the graph: weights
+are converted once, offline, to the Cube's weight formats.
+
+Each node records its output format in ``attrs["format"]`` and the formats of the activations
+it reads in ``attrs["input_formats"]``; TransData nodes carry ``attrs["src_format"]`` and
+``attrs["dst_format"]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..graph import Graph, Node, TensorInfo
+from ..ops import aten_name
+from .base import Pass, PassContext, PassResult, register
+from .fold_batchnorm import CONVS
+
+ND, NC1HWC0, NZ = "ND", "NC1HWC0", "FRACTAL_NZ"
+TRANSDATA = "pypto.transdata"
+
+MATMUL_OPS = frozenset({"linear", "addmm", "mm", "matmul", "bmm", "baddbmm", "einsum"})
+# Vector ops that need ND (they work along the last axis or gather rows)
+ND_VECTOR_OPS = frozenset({"softmax", "_softmax", "log_softmax", "layer_norm", "native_layer_norm", "group_norm",
+                           "embedding", "index_select", "gather", "cumsum", "argmax", "norm"})
+REDUCTIONS = frozenset({"sum", "mean", "amax", "max", "amin", "min", "prod", "var"})
+POOLS = frozenset({"max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d"})
+# views and copies that leave the layout alone: they pass their input's format through
+PASS_THROUGH = frozenset({"dropout", "alpha_dropout", "clone", "alias", "detach", "identity", "lift_fresh_copy",
+                          "getitem", "contiguous", "copy", "copy_"})
+
+
+def _valid(fmt: str, info: TensorInfo | None) -> bool:
+    """Whether a tensor of this shape can be stored in ``fmt``."""
+    if fmt == ND:
+        return True
+    rank = len(info.shape) if info is not None else 0
+    if fmt == NC1HWC0:
+        return rank in (3, 4)  # 4-D NCHW (3-D for conv1d, which CANN runs as a 1 x W conv2d)
+    return rank >= 2  # FRACTAL_NZ tiles the last two axes
+
+
+def _spatial_reduction(node: Node, info: TensorInfo | None) -> bool:
+    """mean/sum over H and W only, keeping dims: stays in 5HD (C is untouched)."""
+    if aten_name(node.target) not in ("mean", "sum") or info is None or len(info.shape) != 4:
+        return False
+    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    keep = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    if not isinstance(dims, (list, tuple)) or not dims or not keep:
+        return False
+    return all(isinstance(d, int) and d % 4 in (2, 3) for d in dims)
+
+
+def _sub(obj: Any, old: str, new: str) -> Any:
+    if isinstance(obj, str):
+        return new if obj == old else obj
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_sub(o, old, new) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _sub(v, old, new) for k, v in obj.items()}
+    return obj
+
+
+def rewire(node: Node, old: str, new: str) -> None:
+    """Make this one node read ``new`` where it read ``old`` (inputs, args, kwargs)."""
+    node.inputs = [new if i == old else i for i in node.inputs]
+    node.args = _sub(node.args, old, new)
+    node.kwargs = _sub(node.kwargs, old, new)
+
+
+def transdata_node(name: str, src: str, info: TensorInfo | None, src_format: str, dst_format: str) -> Node:
+    """A TransData converting tensor ``src`` from ``src_format`` to ``dst_format``."""
+    return Node(name, TRANSDATA, [src], (src,), {}, [info] if info is not None else [],
+                attrs={"unit": "move", "npu_op": "TransData", "vector_op": "copy", "src_format": src_format,
+                       "dst_format": dst_format, "format": dst_format})
+
+
+@register
+class AssignLayout(Pass):
+    """Device formats for every tensor, TransData where they change, round trips removed."""
+
+    name = "layout"
+    requires = ("map_ops",)
+
+    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+        fmt: dict[str, str] = {}
+        infos: dict[str, TensorInfo | None] = {}
+        for v in graph.values.values():
+            fmt[v.name] = ND
+            infos[v.name] = v.info
+        activations = {v.name for v in graph.values.values() if v.kind == "input"}
+        offline = set()
+        taken = {n.name for n in graph.nodes} | set(graph.values)
+        counter = [0]
+
+        def fresh() -> str:
+            while f"transdata_{counter[0]}" in taken:
+                counter[0] += 1
+            name = f"transdata_{counter[0]}"
+            taken.add(name)
+            return name
+
+        conversions: dict[tuple[str, str], Node] = {}
+        inserted: list[Node] = []
+        split_groups: set[str] = set()
+        new_nodes: list[Node] = []
+
+        def convert(src: str, dst: str, before: list[Node]) -> str:
+            key = (src, dst)
+            if key not in conversions:
+                td = transdata_node(fresh(), src, infos.get(src), fmt[src], dst)
+                conversions[key] = td
+                inserted.append(td)
+                before.append(td)
+                fmt[td.name] = dst
+                infos[td.name] = infos.get(src)
+                activations.add(td.name)
+            return conversions[key].name
+
+        for node in graph.nodes:
+            acts = [i for i in dict.fromkeys(node.inputs) if i in activations]
+            offline.update(i for i in node.inputs if i not in activations and node.attrs.get("unit") == "cube")
+            need, out = self._formats(node, acts, fmt, infos)
+            pending: list[Node] = []
+            for i in acts:
+                if fmt[i] != need[i]:
+                    td = convert(i, need[i], pending)
+                    rewire(node, i, td)
+                    group = node.attrs.get("group")
+                    producer_group = next((n.attrs.get("group") for n in new_nodes if n.name == i), None)
+                    if group is not None and group == producer_group:
+                        split_groups.add(group)
+            new_nodes.extend(pending)
+            node.attrs["format"] = out
+            node.attrs["input_formats"] = {i: fmt[i] for i in dict.fromkeys(node.inputs) if i in activations}
+            new_nodes.append(node)
+            fmt[node.name] = out
+            infos[node.name] = node.outputs[0] if node.outputs else None
+            activations.add(node.name)
+        outputs = []
+        for o in graph.outputs:
+            if o in fmt and fmt[o] != ND:
+                o = convert(o, ND, new_nodes)
+            outputs.append(o)
+        graph.nodes, graph.outputs = new_nodes, outputs
+
+        removed = remove_round_trips(graph)
+        counts: dict[str, int] = {}
+        live = {n.name for n in graph.nodes}
+        for td in inserted:
+            if td.name in live:
+                kind = f"{td.attrs['src_format']}->{td.attrs['dst_format']}"
+                counts[kind] = counts.get(kind, 0) + 1
+        total = sum(counts.values())
+        detail = f" ({', '.join(f'{k} {v}' for k, v in counts.items())})" if counts else ""
+        notes = [f"inserted {total} TransData{detail}, removed {removed} redundant pairs"]
+        inputs = {v.name: ND for v in graph.values.values() if v.kind == "input"}
+        notes.append("graph inputs and outputs are ND (NCHW for 4-D): "
+                     + ", ".join(f"{k} {v}" for k, v in inputs.items()))
+        if offline:
+            notes.append(f"{len(offline)} Cube weights/biases (parameters and buffers) are converted once offline "
+                         "(FRACTAL_Z for conv weights, FRACTAL_NZ for matmul weights): no TransData in the graph")
+        for g in sorted(split_groups):
+            notes.append(f"a TransData splits the fused group {g}: its members read different formats")
+        return PassResult(graph, modified=bool(total or removed), notes=notes)
+
+    @staticmethod
+    def _formats(node: Node, acts: list[str], fmt: dict[str, str],
+                 infos: dict[str, TensorInfo | None]) -> tuple[dict[str, str], str]:
+        """(the format each activation input must be in, the format of the output)."""
+        op = aten_name(node.target)
+        unit = node.attrs.get("unit")
+        out_info = node.outputs[0] if node.outputs else None
+        if node.target == TRANSDATA:
+            return {i: node.attrs["src_format"] for i in acts}, node.attrs["dst_format"]
+        if unit == "cube" and op in CONVS:
+            first = node.inputs[0] if node.inputs else None
+            return {i: (NC1HWC0 if i == first else fmt[i]) for i in acts}, NC1HWC0
+        if unit == "cube" and op in MATMUL_OPS:
+            return {i: (NZ if _valid(NZ, infos.get(i)) else ND) for i in acts}, NZ if _valid(NZ, out_info) else ND
+        agnostic = (op in PASS_THROUGH
+                    or (unit == "vector" and op not in ND_VECTOR_OPS and op not in REDUCTIONS)
+                    or (op in REDUCTIONS and acts and _spatial_reduction(node, infos.get(acts[0]))))
+        if not agnostic or not acts:
+            return {i: ND for i in acts}, ND
+        if op in POOLS or op in REDUCTIONS:
+            # pooling and H/W reductions keep their input's format when it fits the output's rank
+            f = fmt[acts[0]]
+            f = f if _valid(f, out_info) else ND
+            return {i: (f if i == acts[0] else ND) for i in acts}, f
+        primary = fmt[acts[0]]
+        if not _valid(primary, out_info) or not all(_valid(primary, infos.get(i)) for i in acts):
+            primary = ND
+        return {i: primary for i in acts}, primary
+
+
+def remove_round_trips(graph: Graph) -> int:
+    """Remove each TransData B->A whose input is a TransData A->B: its readers read the original
+    tensor. The first TransData goes too when nothing else reads it. Returns the pairs removed."""
+    removed = 0
+    changed = True
+    while changed:
+        changed = False
+        producers = graph.producers()
+        for second in graph.nodes:
+            if second.target != TRANSDATA or not second.inputs:
+                continue
+            first = producers.get(second.inputs[0])
+            if first is None or first.target != TRANSDATA or not first.inputs:
+                continue
+            if (first.attrs.get("src_format"), first.attrs.get("dst_format")) != (
+                    second.attrs.get("dst_format"), second.attrs.get("src_format")):
+                continue
+            original = first.inputs[0]
+            for n in graph.nodes:
+                if second.name in n.inputs:
+                    rewire(n, second.name, original)
+            graph.outputs = [original if o == second.name else o for o in graph.outputs]
+            gone = {second.name}
+            if not any(first.name in n.inputs for n in graph.nodes if n is not second) and \
+                    first.name not in graph.outputs:
+                gone.add(first.name)
+            graph.nodes = [n for n in graph.nodes if n.name not in gone]
+            removed += 1
+            changed = True
+            break
+    return removed

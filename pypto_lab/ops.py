@@ -65,7 +65,8 @@ def _entries() -> dict[str, NpuOp]:
         "adaptive_max_pool2d": ("AdaptiveMaxPool2d", "max"),
         # embedding lookups gather rows: a vector-core data movement
         "embedding": ("GatherV2", "cast"), "index_select": ("GatherV2", "cast"), "gather": ("GatherElements", "cast"),
-        "dropout": ("Identity", ""), "alpha_dropout": ("Identity", ""), "clone": ("Identity", ""),
+        "dropout": ("Identity", ""), "dropout_": ("Identity", ""), "alpha_dropout": ("Identity", ""),
+        "feature_dropout": ("Identity", ""), "clone": ("Identity", ""),
     }
     move = {
         "cat": "ConcatD", "stack": "Pack", "contiguous": "TransData", "permute_copy": "TransposeD",

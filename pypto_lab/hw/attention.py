@@ -50,15 +50,15 @@ from .kernels import (
     _dtypes_key,
     _emit_vector_ops,
     _flush_writebacks,
-    _group_by_program,
     _move,
     _split_blocks,
     fuse_vector_ops,
     gm_rates,
+    simulate_cube_cores,
     simulate_matmul,
     simulate_vector,
 )
-from .simulator import PingPong, Program, simulate_chip
+from .simulator import PingPong, Program
 from .tiling import CubeTile, TilingError, ceil_align, ceil_div, cube_fractal
 
 ATTENTION_DTYPES = ("fp16", "bf16", "fp32")
@@ -491,17 +491,8 @@ def simulate_attention(batch_heads: int, s_q: int, s_k: int, d: int, dtype: str 
     rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, first, busiest, active, working_set)
 
     assign = [tuple(rows[b % n_qb] for b in bs) for bs in per_core]
-    n_aiv = _n_aiv(chip)
-    parts = []
-    for key, cores in _group_by_program(assign).items():
-        prog = _attention_core_program(chip, key, s_k, d, dtype, plan, rate_rd, rate_wr, hbm_share)
-        if chip.split_cores:
-            placements = [tuple([c] + [chip.cube_cores + c * n_aiv + j for j in range(n_aiv)]) for c in cores]
-        else:
-            placements = cores
-        parts.append((prog, placements))
-    n_cores_total = chip.cube_cores + (chip.vector_cores if chip.split_cores else 0)
-    tl = simulate_chip(parts, n_cores_total)
+    tl = simulate_cube_cores(chip, assign, lambda key: _attention_core_program(
+        chip, key, s_k, d, dtype, plan, rate_rd, rate_wr, hbm_share))
 
     cube_flops = 4.0 * batch_heads * s_q * s_k * d
     compute_cycles = cube_flops / 2 / (chip.cube.macs_per_cycle(dtype) * chip.cube_cores)

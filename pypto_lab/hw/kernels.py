@@ -133,6 +133,21 @@ def _split_blocks(n_blocks: int, n_cores: int) -> list[list[int]]:
     return [list(range(c, n_blocks, n_cores)) for c in range(cores)]
 
 
+def simulate_cube_cores(chip: Chip, assign: list[tuple], build) -> Timeline:
+    """Simulate a Cube kernel whose core c runs the work ``assign[c]``: ``build(work)`` makes the
+    program of one cube core (template core 0, its vector cores 1..n on split chips); cores with
+    the same work share one program, placed on each cube core and its paired vector cores."""
+    n_aiv = chip.vector_cores // max(1, chip.cube_cores) if chip.split_cores else 0
+    parts = []
+    for key, cores in _group_by_program(assign).items():
+        if chip.split_cores:
+            placements = [tuple([c] + [chip.cube_cores + c * n_aiv + j for j in range(n_aiv)]) for c in cores]
+        else:
+            placements = cores
+        parts.append((build(key), placements))
+    return simulate_chip(parts, chip.cube_cores + (chip.vector_cores if chip.split_cores else 0))
+
+
 def _group_by_program(assign: list[tuple]) -> dict[tuple, list[int]]:
     groups: dict[tuple, list[int]] = {}
     for core, key in enumerate(assign):
@@ -340,21 +355,10 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
     working_set = (wave_rows * tile.m_l1 + wave_cols * tile.n_l1) * k * eb
 
     assign = [tuple(blocks[b] for b in core_blocks) for core_blocks in per_core]
-    parts = []
-    n_aiv = chip.vector_cores // max(1, chip.cube_cores) if chip.split_cores else 0
     busiest_rd = max(traffic([blocks[b] for b in core_blocks])[0] for core_blocks in per_core)
     rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, unique - writes, busiest_rd, active, working_set)
-    groups = _group_by_program(assign)
-    for key, cores in groups.items():
-        prog = _cube_core_program(chip, [b[:2] for b in key], k, dtype, out_dtype, plan, rate_rd, rate_wr,
-                                  hbm_share, epilogue)
-        if chip.split_cores:
-            placements = [tuple([c] + [chip.cube_cores + c * n_aiv + j for j in range(n_aiv)]) for c in cores]
-        else:
-            placements = cores
-        parts.append((prog, placements))
-    n_cores_total = chip.cube_cores + (chip.vector_cores if chip.split_cores else 0)
-    tl = simulate_chip(parts, n_cores_total)
+    tl = simulate_cube_cores(chip, assign, lambda key: _cube_core_program(
+        chip, [b[:2] for b in key], k, dtype, out_dtype, plan, rate_rd, rate_wr, hbm_share, epilogue))
 
     flops = 2.0 * batch * m * n * k
     macs_cycle = chip.cube.macs_per_cycle(dtype)

@@ -69,6 +69,13 @@ class Node:
     module_type: str = ""     # e.g. "torch.nn.modules.conv.Conv2d"
     attrs: dict[str, Any] = field(default_factory=dict)  # what passes attach (npu op, unit, ...)
 
+    def rename_input(self, old: str, new: str) -> None:
+        """Read ``new`` wherever this node read ``old`` (inputs, args, kwargs)."""
+        if old in self.inputs:
+            self.inputs = [new if i == old else i for i in self.inputs]
+            self.args = _rename(self.args, old, new)
+            self.kwargs = _rename(self.kwargs, old, new)
+
     @property
     def op(self) -> str:
         """The ATen op name without namespace and overload, e.g. "conv2d"."""
@@ -110,6 +117,12 @@ class Graph:
                 return n.outputs[0] if n.outputs else None
         raise KeyError(f"no value or node {name!r} in the graph")
 
+    def rename_uses(self, old: str, new: str) -> None:
+        """Make every reader of ``old`` (node inputs, args, kwargs, graph outputs) read ``new``."""
+        for n in self.nodes:
+            n.rename_input(old, new)
+        self.outputs = [new if o == old else o for o in self.outputs]
+
     def op_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for n in self.nodes:
@@ -121,6 +134,17 @@ class Graph:
 
     def __len__(self) -> int:
         return len(self.nodes)
+
+
+def _rename(obj: Any, old: str, new: str) -> Any:
+    """Captured arguments with the name ``old`` replaced by ``new`` (tensors appear as names)."""
+    if isinstance(obj, str):
+        return new if obj == old else obj
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_rename(o, old, new) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _rename(v, old, new) for k, v in obj.items()}
+    return obj
 
 
 # ---- capture ------------------------------------------------------------------------------

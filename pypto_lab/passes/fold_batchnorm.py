@@ -27,26 +27,6 @@ def describe(node: Node) -> str:
     return f"{op} {node.module} ({node.name})" if node.module else f"{op} {node.name}"
 
 
-def rename_uses(graph: Graph, old: str, new: str) -> None:
-    """Make every reader of ``old`` (inputs, args, kwargs, graph outputs) read ``new``."""
-
-    def sub(obj: Any) -> Any:
-        if isinstance(obj, str):
-            return new if obj == old else obj
-        if isinstance(obj, (list, tuple)):
-            return type(obj)(sub(o) for o in obj)
-        if isinstance(obj, dict):
-            return {k: sub(v) for k, v in obj.items()}
-        return obj
-
-    for n in graph.nodes:
-        if old in n.inputs:
-            n.inputs = [new if i == old else i for i in n.inputs]
-            n.args = sub(n.args)
-            n.kwargs = sub(n.kwargs)
-    graph.outputs = [new if o == old else o for o in graph.outputs]
-
-
 def _bn_params(bn: Node) -> dict[str, Any]:
     """Names of the BN's weight, bias, running mean, running var (None when absent) and its eps."""
     a = list(bn.args) + [None] * 9
@@ -87,8 +67,8 @@ class FoldBatchNorm(Pass):
             if aten_name(bn.target) != "batch_norm":  # tuple output: readers are getitem(bn, 0)
                 for g in graph.users().get(bn.name, []):
                     removed.append(g)
-                    rename_uses(graph, g.name, conv.name)
-            rename_uses(graph, bn.name, conv.name)
+                    graph.rename_uses(g.name, conv.name)
+            graph.rename_uses(bn.name, conv.name)
             gone = {id(n) for n in removed}
             graph.nodes = [n for n in graph.nodes if id(n) not in gone]
             folded += 1

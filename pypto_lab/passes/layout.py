@@ -30,8 +30,6 @@ it reads in ``attrs["input_formats"]``; TransData nodes carry ``attrs["src_forma
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..graph import Graph, Node, TensorInfo
 from ..ops import aten_name
 from .base import Pass, PassContext, PassResult, register
@@ -70,23 +68,6 @@ def _spatial_reduction(node: Node, info: TensorInfo | None) -> bool:
     if not isinstance(dims, (list, tuple)) or not dims or not keep:
         return False
     return all(isinstance(d, int) and d % 4 in (2, 3) for d in dims)
-
-
-def _sub(obj: Any, old: str, new: str) -> Any:
-    if isinstance(obj, str):
-        return new if obj == old else obj
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_sub(o, old, new) for o in obj)
-    if isinstance(obj, dict):
-        return {k: _sub(v, old, new) for k, v in obj.items()}
-    return obj
-
-
-def rewire(node: Node, old: str, new: str) -> None:
-    """Make this one node read ``new`` where it read ``old`` (inputs, args, kwargs)."""
-    node.inputs = [new if i == old else i for i in node.inputs]
-    node.args = _sub(node.args, old, new)
-    node.kwargs = _sub(node.kwargs, old, new)
 
 
 def transdata_node(name: str, src: str, info: TensorInfo | None, src_format: str, dst_format: str) -> Node:
@@ -146,7 +127,7 @@ class AssignLayout(Pass):
             for i in acts:
                 if fmt[i] != need[i]:
                     td = convert(i, need[i], pending)
-                    rewire(node, i, td)
+                    node.rename_input(i, td)
                     group = node.attrs.get("group")
                     producer_group = next((n.attrs.get("group") for n in new_nodes if n.name == i), None)
                     if group is not None and group == producer_group:
@@ -235,7 +216,7 @@ def remove_round_trips(graph: Graph) -> int:
             original = first.inputs[0]
             for n in graph.nodes:
                 if second.name in n.inputs:
-                    rewire(n, second.name, original)
+                    n.rename_input(second.name, original)
             graph.outputs = [original if o == second.name else o for o in graph.outputs]
             gone = {second.name}
             if not any(first.name in n.inputs for n in graph.nodes if n is not second) and \

@@ -52,6 +52,7 @@ from .kernels import (
     _flush_writebacks,
     _move,
     _split_blocks,
+    emit_repeats,
     fuse_vector_ops,
     gm_rates,
     simulate_cube_cores,
@@ -236,15 +237,7 @@ def _flat(*xs) -> tuple:
 def _row_op(prog: Program, core: int, chip: Chip, instr: str, rows: int, deps=()) -> int:
     """A per-row instruction (cross-lane reduction, broadcast) of ``rows`` repeats."""
     t = chip.vector.timing(instr, "UINT32_UINT32" if instr == "VBRCB" else _dtypes_key(instr, "fp32"))
-    last = None
-    pending = _flat(*deps)
-    left = rows
-    while left > 0:
-        r = min(left, chip.vector.max_repeats)
-        last = prog.emit(core, "VECTOR", t.cycles(r), instr, pending)
-        pending = ()
-        left -= r
-    return last
+    return emit_repeats(prog, core, chip, instr, t, rows, _flat(*deps))
 
 
 def _softmax_step(prog: Program, core: int, chip: Chip, rows: int, bk: int, first: bool, cast: bool, deps) -> int:

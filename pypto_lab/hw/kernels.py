@@ -282,13 +282,24 @@ def _emit_vector_ops(prog: Program, core: int, chip: Chip, ops, elems: int, dtyp
     for instr, passes in ops:
         timing = chip.vector.timing(instr, _dtypes_key(instr, dtype))
         for _ in range(int(passes)):
-            left = repeats_total
-            while left > 0:
-                r = min(left, chip.vector.max_repeats)
-                last = prog.emit(core, "VECTOR", timing.cycles(r), instr, pending)
-                pending = ()
-                left -= r
+            last = emit_repeats(prog, core, chip, instr, timing, repeats_total, pending)
+            pending = ()
     return last if last is not None else (deps[0] if deps else -1)
+
+
+def emit_repeats(prog: Program, core: int, chip: Chip, instr: str, timing, repeats: int, deps=()) -> int:
+    """One vector instruction over ``repeats`` repeats, issued as several instructions of at most
+    ``max_repeats`` each (Ascend C's repeatTimes <= 255); the first waits on ``deps``. Returns the
+    last one's index."""
+    last = None
+    pending = tuple(deps)
+    left = repeats
+    while left > 0:
+        r = min(left, chip.vector.max_repeats)
+        last = prog.emit(core, "VECTOR", timing.cycles(r), instr, pending)
+        pending = ()
+        left -= r
+    return last
 
 
 def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chip = "Ascend910B1",

@@ -10,6 +10,7 @@ of the same shapes and dtypes again returns the cached graph.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,6 +77,11 @@ class Node:
             self.args = _rename(self.args, old, new)
             self.kwargs = _rename(self.kwargs, old, new)
 
+    def copy(self) -> Node:
+        attrs = {k: copy.deepcopy(v) if isinstance(v, (list, dict, set)) else v for k, v in self.attrs.items()}
+        return Node(self.name, self.target, list(self.inputs), self.args, dict(self.kwargs), list(self.outputs),
+                    self.module, self.module_type, attrs)
+
     @property
     def op(self) -> str:
         """The ATen op name without namespace and overload, e.g. "conv2d"."""
@@ -130,7 +136,15 @@ class Graph:
         return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
     def copy(self) -> Graph:
-        return copy.deepcopy(self)
+        """An independent copy for a pass to rewrite. Shapes (TensorInfo) are frozen and captured
+        arguments are replaced, never edited in place, so they are shared; lists, kwargs and attrs
+        are copied (a deepcopy of the whole graph cost more than the passes themselves)."""
+        g = Graph({k: dataclasses.replace(v) for k, v in self.values.items()},
+                  [n.copy() for n in self.nodes], list(self.outputs), self.model_name)
+        for k, v in vars(self).items():  # what passes attached to the graph (e.g. memory_plan)
+            if k not in vars(g):
+                setattr(g, k, v)
+        return g
 
     def __len__(self) -> int:
         return len(self.nodes)

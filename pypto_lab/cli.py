@@ -132,13 +132,20 @@ def cmd_compare(args) -> int:
                for lv in sorted(LEVELS)]
     base = reports[0].latency_us
     rows = [[f"level {r.level}", f"{r.latency_us:,.1f}", len(r.kernels), f"{r.gm_bytes / 1e6:,.1f}",
-             f"{base / r.latency_us:.2f}x"] for r in reports]
+             f"{r.peak_memory_bytes / 1e6:,.1f}", f"{base / r.latency_us:.2f}x"] for r in reports]
     print(f"{reports[0].model} on {args.chip}, {args.precision}, batch {args.batch}")
-    print(_table(["level", "latency us", "kernels", "GM MB", "speedup"], rows))
+    print(_table(["level", "latency us", "kernels", "GM MB", "peak memory MB", "speedup"], rows))
     last = reports[-1]
-    print("\npass by pass at the highest level:")
-    print(_table(["after pass", "latency us", "kernels"],
-                 [[p.name, f"{p.latency_us:,.1f}", p.kernel_count] for p in last.passes]))
+    print(f"\npass by pass at level {last.level} (why each step changes the latency):")
+    steps, prev = [], None
+    for p in last.passes:
+        change = "" if prev is None else f"{p.latency_us - prev:+,.1f}"
+        why = p.notes[0] if p.notes else ""
+        steps.append([p.name, f"{p.latency_us:,.1f}", change, p.kernel_count, why[:100] + ("..." if len(why) > 100 else "")])
+        prev = p.latency_us
+    print(_table(["after pass", "latency us", "change", "kernels", "what it did"], steps))
+    for n in last.notes:
+        print(f"note: {n}")
     return 0
 
 
@@ -167,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     for cmd, func, helptext in (("report", cmd_report, "optimise a model and print its kernels and totals"),
                                 ("compare", cmd_compare, "the optimisation levels side by side")):
         q = sub.add_parser(cmd, help=helptext)
-        q.add_argument("model", help="resnet50, bert-base, or package.module:function returning (model, inputs)")
+        q.add_argument("model", help="resnet50, bert-base, minilm, or package.module:function returning (model, inputs)")
         q.add_argument("--chip", default="Ascend910A")
         q.add_argument("--batch", type=int, default=1)
         q.add_argument("--seq", type=int, default=None, help="sequence length (bert-base: 128)")

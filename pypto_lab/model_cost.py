@@ -19,6 +19,7 @@ from .graph import Graph, Node
 from .hw.attention import simulate_attention
 from .hw.chip import Chip, get_chip
 from .hw.kernels import KernelReport, fuse_vector_ops, simulate_matmul, simulate_vector
+from .hw.tiling import CubeTile
 
 FIXPIPE_ACTIVATIONS = {"relu", "relu_"}
 
@@ -56,6 +57,7 @@ class KernelCost:
     gm_bytes: float
     tile: dict[str, Any]
     reports: list[KernelReport] = field(default_factory=list, repr=False)
+    resources: tuple[str, ...] = ()  # the cores it occupies: ("AIC",), ("AIV",), both, ("AI Core",) or ("host",)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "unit": self.unit, "fused_ops": list(self.fused_ops),
@@ -70,7 +72,7 @@ def kernels_of(graph: Graph) -> list[list[Node]]:
     for n in graph.nodes:
         key = n.attrs.get("group")
         if key is None:
-            if n.attrs.get("unit") in ("free", None) or n.attrs.get("unit") == "cpu":
+            if n.attrs.get("unit") in ("free", None):
                 continue
             key = n.name
         if key not in groups:
@@ -127,28 +129,54 @@ def _streamed_inputs(graph: Graph, nodes: list[Node], numel: int) -> list[str]:
     return seen
 
 
-def _cost_cube(graph: Graph, nodes: list[Node], anchor: Node, chip: Chip, precision: str) -> list[KernelReport]:
+def gemm_of(graph: Graph, anchor: Node, chip: Chip, precision: str) -> tuple[int, int, int, int, str]:
+    """(batch, M, K, N, dtype) of a Cube node: the dtype the precision passes chose, else the precision's."""
     batch, m, k, n = _gemm_dims(graph, anchor)
+    return max(batch, 1), max(m, 1), max(k, 1), max(n, 1), anchor.attrs.get("dtype") or _cube_dtype(chip, precision)
+
+
+def _epilogue(nodes: list[Node], anchor: Node) -> str:
     others = [x.op for x in nodes if x is not anchor and x.attrs.get("unit") != "free"]
     has_bias = anchor.op in ("linear", "addmm") and len(anchor.inputs) > 2 or bool(anchor.attrs.get("folded_bn"))
     if not others:
-        epilogue = "bias" if has_bias else "none"
-    elif all(o in FIXPIPE_ACTIVATIONS for o in others):
-        epilogue = "bias_relu" if has_bias else "relu"
-    else:
-        epilogue = "vector" if any(o.startswith("add") for o in others) and len(others) <= 2 else "gelu"
-    dtype = _cube_dtype(chip, precision)
-    return [_memo(simulate_matmul, chip, max(m, 1), max(k, 1), max(n, 1), dtype=dtype, batch=max(batch, 1),
-                  epilogue=epilogue)]
+        return "bias" if has_bias else "none"
+    if all(o in FIXPIPE_ACTIVATIONS for o in others):
+        return "bias_relu" if has_bias else "relu"
+    return "vector" if any(o.startswith("add") for o in others) and len(others) <= 2 else "gelu"
+
+
+def _cost_cube(graph: Graph, nodes: list[Node], anchor: Node, chip: Chip, precision: str) -> list[KernelReport]:
+    batch, m, k, n, dtype = gemm_of(graph, anchor, chip, precision)
+    tile = anchor.attrs.get("tile")
+    kwargs = {"tile": tile} if isinstance(tile, CubeTile) else {}
+    if dtype == "int8":  # dequantised to fp16 on the way out (FixPipe, or the Vector epilogue)
+        kwargs["out_dtype"] = "fp16"
+    reports = [_memo(simulate_matmul, chip, m, k, n, dtype=dtype, batch=batch, epilogue=_epilogue(nodes, anchor),
+                     **kwargs)]
+    if anchor.attrs.get("quantize_input"):  # fp16 activations quantised to int8 before the Cube reads them
+        info = graph.info(anchor.inputs[0])
+        if info is not None and info.numel:
+            reports.append(_memo(simulate_vector, chip, "cast", info.numel, dtype="fp16",
+                                 name=f"quantize {info.numel} fp16->int8"))
+    return reports
+
+
+def attention_dtype(node: Node, chip: Chip, precision: str) -> str:
+    """Attention's matmuls: the node's dtype or the precision's; int8 stays fp16 (scores and
+    probabilities are not quantised)."""
+    dtype = node.attrs.get("dtype") or _cube_dtype(chip, precision)
+    return "fp16" if dtype == "int8" else dtype
 
 
 def _cost_attention(graph: Graph, node: Node, chip: Chip, precision: str) -> list[KernelReport]:
     """Attention: FlashAttention (online softmax) once `fuse_attention` marked it, otherwise the
     unfused QK^T, scale + softmax and PV with the scores in GM."""
     q, kk = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1])
-    dtype = _cube_dtype(chip, precision)
+    dtype = attention_dtype(node, chip, precision)
+    blocks = node.attrs.get("attention_blocks")
+    kwargs = {"block_q": blocks[0], "block_k": blocks[1]} if blocks and node.attrs.get("flash") else {}
     return [_memo(simulate_attention, chip, prod(q[:-2]), q[-2], kk[-2], q[-1], dtype=dtype,
-                  fused=bool(node.attrs.get("flash")))]
+                  fused=bool(node.attrs.get("flash")), **kwargs)]
 
 
 def _cost_vector(graph: Graph, nodes: list[Node], chip: Chip, precision: str) -> list[KernelReport]:
@@ -159,6 +187,7 @@ def _cost_vector(graph: Graph, nodes: list[Node], chip: Chip, precision: str) ->
     inp = graph.info(work[0].inputs[0]) if work[0].inputs else None
     numel = max(out.numel if out else 1, inp.numel if (inp is not None and work[0].op in ("max_pool2d", "adaptive_avg_pool2d", "avg_pool2d", "sum", "mean", "amax", "max")) else 0, 1)
     vdt = precision if precision in ("fp16", "bf16", "fp32") else "fp16"
+    cdt = "fp32" if any(n.attrs.get("compute_dtype") == "fp32" for n in work) else vdt
     spec = fuse_vector_ops(ops, len(_streamed_inputs(graph, work, numel)))
     row_len = None
     if spec.row_wise:
@@ -166,10 +195,33 @@ def _cost_vector(graph: Graph, nodes: list[Node], chip: Chip, precision: str) ->
         row_len = shape[-1] if shape and numel % shape[-1] == 0 else numel
         if numel % row_len:
             row_len = numel
-    return [_memo(simulate_vector, chip, spec, numel, dtype=vdt, row_len=row_len, name="+".join(ops))]
+    return [_memo(simulate_vector, chip, spec, numel, dtype=vdt, row_len=row_len, name="+".join(ops),
+                  compute_dtype=cdt)]
+
+
+def _cost_host(graph: Graph, node: Node, chip: Chip) -> KernelCost:
+    """An op the catalogue does not know runs on the host: its tensor inputs go device->host and its
+    outputs host->device over the card's link (the CPU's own compute time is not modelled)."""
+    nbytes = sum(i.nbytes for i in (graph.info(x) for x in node.inputs) if i is not None)
+    nbytes += sum(o.nbytes for o in node.outputs)
+    time_us = nbytes / (chip.host_link_gbps * 1e3) if chip.host_link_gbps else 0.0
+    return KernelCost(name=f"cpu:{node.op}:{node.module or node.name}", unit="cpu", nodes=[node.name],
+                      fused_ops=[node.target], cycles=time_us * chip.clock_mhz, time_us=time_us,
+                      gm_bytes=float(nbytes), tile={}, reports=[], resources=("host",))
+
+
+def _resources(chip: Chip, unit: str, reports: list[KernelReport], nodes: list[Node], anchor: Node) -> tuple[str, ...]:
+    if not chip.split_cores:
+        return ("AI Core",)
+    if unit == "cube":
+        vector_epilogue = _epilogue(nodes, anchor) in ("vector", "gelu") or len(reports) > 1
+        return ("AIC", "AIV") if vector_epilogue else ("AIC",)
+    return ("AIC", "AIV") if unit == "cube+vector" else ("AIV",)
 
 
 def cost_kernel(graph: Graph, nodes: list[Node], chip: Chip, precision: str = "fp16") -> KernelCost:
+    if len(nodes) == 1 and nodes[0].attrs.get("unit") == "cpu":
+        return _cost_host(graph, nodes[0], chip)
     cube = [n for n in nodes if n.attrs.get("unit") == "cube"]
     composite = [n for n in nodes if n.attrs.get("unit") == "composite"]
     if cube:
@@ -186,7 +238,7 @@ def cost_kernel(graph: Graph, nodes: list[Node], chip: Chip, precision: str = "f
         name=anchor.attrs.get("npu_op", anchor.op) + ":" + (anchor.module or anchor.name),
         unit=unit, nodes=[n.name for n in nodes], fused_ops=[n.target for n in nodes if n.attrs.get("unit") != "free"],
         cycles=cycles, time_us=sum(r.time_us for r in reports), gm_bytes=sum(r.gm_bytes for r in reports),
-        tile=dict(reports[0].tile), reports=reports,
+        tile=dict(reports[0].tile), reports=reports, resources=_resources(chip, unit, reports, nodes, anchor),
     )
 
 
@@ -196,14 +248,16 @@ def _cost_decomposed(graph: Graph, node: Node, chip: Chip, precision: str) -> li
         return [cost_kernel(graph, [node], chip, precision)]
     out = node.outputs[0]
     vdt = precision if precision in ("fp16", "bf16", "fp32") else "fp16"
+    cdt = node.attrs.get("compute_dtype") or vdt
     row = out.shape[-1] if out.shape else 1
     costs = []
     for i, prim in enumerate(node.attrs["decomposed"]):
-        r = _memo(simulate_vector, chip, prim, max(out.numel, 1), dtype=vdt, row_len=row)
+        r = _memo(simulate_vector, chip, prim, max(out.numel, 1), dtype=vdt, row_len=row, compute_dtype=cdt)
         costs.append(KernelCost(
             name=f"{node.attrs.get('npu_op', node.op)}.{i}:{node.module or node.name}", unit="vector",
             nodes=[node.name], fused_ops=[f"{node.target} ({prim})"], cycles=r.cycles, time_us=r.time_us,
-            gm_bytes=r.gm_bytes, tile=dict(r.tile), reports=[r]))
+            gm_bytes=r.gm_bytes, tile=dict(r.tile), reports=[r],
+            resources=("AIV",) if chip.split_cores else ("AI Core",)))
     return costs
 
 

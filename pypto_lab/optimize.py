@@ -1,12 +1,18 @@
 """`optimize(model, example_inputs, chip, level, precision)`: capture, run a pipeline of passes,
 cost every kernel on the simulated chip, and report.
 
-Optimisation levels are named pipelines of registered passes. Built so far: level 0 (op mapping
-and decomposition of composites: every primitive its own kernel, default tilings) and level 1
-(+ BatchNorm folding, Conv+BN+ReLU and matmul-epilogue fusion, fused LayerNorm, fused attention,
-element-wise chain fusion) and level 2 (+ device layouts NC1HWC0 / FRACTAL_NZ with the TransData
-they need, and GM buffer reuse). Level 3 (tiling search, aggressive passes) is not built yet and
-says so.
+Optimisation levels are named pipelines of registered passes:
+
+* 0: op mapping, decomposition of composites (every primitive its own kernel), the naive
+  128 x 128 / K-by-64 Cube tiling;
+* 1: + BatchNorm folding, Conv+BN+ReLU and matmul-epilogue fusion, fused LayerNorm, fused
+  attention, element-wise chain fusion; default tilings (roofline estimate);
+* 2: + device layouts NC1HWC0 / FRACTAL_NZ with the TransData they need, and GM buffer reuse;
+* 3: + tiling search with the simulator (`tune_tiling`) and scheduling on two streams, which
+  may change the order of computation (`schedule`; overlaps AIC-only and AIV-only kernels on 910B).
+
+Precision is its own option: the `mixed_precision` pass (fp32 kept for softmax, norms and
+reductions) and, at int8, `quantize_int8` run at every level.
 """
 
 from __future__ import annotations
@@ -23,16 +29,17 @@ from .model_cost import KernelCost, cost_graph
 from .passes import PassContext, PassManager, RecordSnapshots
 from .passes.op_mapping import fallbacks
 from .passes.plan_memory import MemoryPlan, memory_plan
+from .passes.schedule import Schedule, schedule_kernels
 
+_PRECISION = ["mixed_precision", "quantize_int8"]
+_FUSION = ["fold_batchnorm", "fuse_conv_bn_relu", "fuse_layernorm", "fuse_attention", "fuse_elementwise"]
 LEVELS: dict[int, list[str]] = {
-    0: ["map_ops", "decompose"],
-    1: ["map_ops", "decompose", "fold_batchnorm", "fuse_conv_bn_relu", "fuse_layernorm", "fuse_attention",
-        "fuse_elementwise"],
+    0: ["map_ops", "decompose", *_PRECISION, "naive_tiling"],
+    1: ["map_ops", "decompose", *_FUSION, *_PRECISION],
     # level 2 also plans GM with buffer reuse (see `optimize`)
-    2: ["map_ops", "decompose", "fold_batchnorm", "fuse_conv_bn_relu", "fuse_layernorm", "fuse_attention",
-        "fuse_elementwise", "layout"],
+    2: ["map_ops", "decompose", *_FUSION, "layout", *_PRECISION],
+    3: ["map_ops", "decompose", *_FUSION, "layout", *_PRECISION, "tune_tiling", "schedule"],
 }
-PLANNED_LEVELS = {3: "tiling search and the aggressive passes"}
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 
 
@@ -47,6 +54,7 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "computation_optimization": True,   # recorded; the fusion passes are what computation optimisation is here
     "communication_optimization": False,  # recorded; one chip, no collective communication is modelled
     "auto_mixed_precision": True,       # precision when none is given: fp16 (True) or fp32 (False)
+    "kernel_launch_us": 0.0,            # fixed cost per kernel; no public figure, so 0 unless you set one
 }
 _OPTIONS: dict[str, Any] = dict(OPTION_DEFAULTS)
 
@@ -60,6 +68,9 @@ def set_optimization_options(options: dict[str, Any]) -> dict[str, Any]:
     level = options.get("graph_optimization_level", _OPTIONS["graph_optimization_level"])
     if level not in (0, 1, 2, 3):
         raise OptimizeError(f"graph_optimization_level {level!r}: levels are 0, 1, 2, 3")
+    launch = options.get("kernel_launch_us", 0.0)
+    if isinstance(launch, bool) or not isinstance(launch, (int, float)) or launch < 0:
+        raise OptimizeError(f"kernel_launch_us {launch!r}: must be a number of microseconds >= 0")
     _OPTIONS.update(options)
     return dict(_OPTIONS)
 
@@ -86,6 +97,7 @@ class PassStep:
     latency_us: float
     kernel_count: int
     notes: list[str]
+    gm_bytes: float = 0.0
 
 
 @dataclass
@@ -102,10 +114,12 @@ class Report:
     fallback_ops: list[str]
     memory: MemoryPlan | None = None
     notes: list[str] = field(default_factory=list)
+    schedule: Schedule | None = None
 
     @property
     def latency_us(self) -> float:
-        return sum(k.time_us for k in self.kernels)
+        """End of the last kernel of the schedule (levels 0-2: the sum of kernel times)."""
+        return self.schedule.latency_us if self.schedule else sum(k.time_us for k in self.kernels)
 
     @property
     def throughput_per_s(self) -> float:
@@ -122,7 +136,7 @@ class Report:
 
     def utilization(self, unit: str) -> float:
         """Time-weighted Cube or Vector utilisation over the model's kernels."""
-        total = sum(k.time_us for k in self.kernels)
+        total = sum(k.time_us for k in self.kernels if k.unit != "cpu")
         if not total:
             return 0.0
         attr = "cube_utilization" if unit == "cube" else "vector_utilization"
@@ -137,8 +151,9 @@ class Report:
             "peak_memory_bytes_with_reuse": int(self.memory.peak_bytes_reuse) if self.memory else 0,
             "cube_utilization": self.utilization("cube"), "vector_utilization": self.utilization("vector"),
             "fallback_ops": list(self.fallback_ops), "kernels": [k.to_dict() for k in self.kernels],
+            "serial_us": sum(k.time_us for k in self.kernels),
             "passes": [{"name": p.name, "latency_us": p.latency_us, "kernel_count": p.kernel_count,
-                        "notes": list(p.notes)} for p in self.passes],
+                        "gm_bytes": p.gm_bytes, "notes": list(p.notes)} for p in self.passes],
             "notes": list(self.notes),
         }
 
@@ -188,25 +203,24 @@ def optimize(model: torch.nn.Module, example_inputs, chip: str | Chip = "Ascend9
         level = _OPTIONS["graph_optimization_level"]
     if precision is None:
         precision = "fp16" if _OPTIONS["auto_mixed_precision"] else "fp32"
-    if level in PLANNED_LEVELS:
-        raise OptimizeError(f"level {level} ({PLANNED_LEVELS[level]}) is not built yet; use level 0, 1 or 2")
-    if level not in LEVELS:
-        raise OptimizeError(f"level {level!r} is not known; levels are 0-3 (built: {', '.join(map(str, LEVELS))})")
+    if isinstance(level, bool) or level not in LEVELS:
+        raise OptimizeError(f"level {level!r} is not known; levels are 0, 1, 2, 3 (see pypto_lab.optimize.LEVELS)")
     cube_precision, note = resolve_precision(chip, precision)
     graph = capture(model, example_inputs)
     recorder = RecordSnapshots()
     ctx = PassContext(chip=chip, precision=cube_precision, options=dict(_OPTIONS))
     optimized = PassManager(LEVELS[level], [recorder]).run(graph, ctx)
+    launch = float(_OPTIONS.get("kernel_launch_us", 0.0) or 0.0)
     steps = []
     for snap in recorder.snapshots:
-        if snap.name == "map_ops":
+        if snap.name == "map_ops" or snap.modified:
             costs = cost_graph(snap.graph, chip, cube_precision)
-        elif snap.modified:
-            costs = cost_graph(snap.graph, chip, cube_precision)
-        steps.append(PassStep(snap.name, sum(k.time_us for k in costs), len(costs), snap.notes))
+            sched = getattr(snap.graph, "schedule", None) or schedule_kernels(snap.graph, costs, False, launch)
+        steps.append(PassStep(snap.name, sched.latency_us, len(costs), snap.notes, sum(k.gm_bytes for k in costs)))
     kernels = cost_graph(optimized, chip, cube_precision)
+    schedule = getattr(optimized, "schedule", None) or schedule_kernels(optimized, kernels, False, launch)
     reuse = _OPTIONS["memory_optimization"]
     plan = memory_plan(optimized, precision=cube_precision, reuse=level >= 2 if reuse is None else bool(reuse))
     report = Report(graph.model_name, chip.name, level, precision, _batch_of(example_inputs), kernels, steps,
-                    fallbacks(optimized), plan, [note] if note else [])
+                    fallbacks(optimized), plan, [note] if note else [], schedule)
     return OptimizedModel(model, optimized, report)

@@ -121,3 +121,13 @@ def test_missing_file_and_bad_toml(tmp_path):
     bad.write_text("[chip\n")
     with pytest.raises(ChipConfigError, match="not valid TOML"):
         load_chip(bad)
+
+
+def test_host_link_is_sourced_optional_and_not_negative(tmp_path):
+    chip = get_chip("Ascend910B1")
+    assert chip.host_link_gbps == 31.5 and "PCIe 4.0 x16" in chip.sources["chip.host_link_gbps"]
+    path = _write_variant(tmp_path, lambda t: t.replace("host_link_gbps = { value = 31.5", "host_link_gbps = { value = -8", 1))
+    with pytest.raises(ChipConfigError, match="host_link_gbps"):
+        get_chip(path)
+    no_link = _write_variant(tmp_path, lambda t: "\n".join(x for x in t.split("\n") if not x.startswith("host_link_gbps")))
+    assert get_chip(no_link).host_link_gbps == 0.0

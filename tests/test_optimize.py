@@ -33,8 +33,10 @@ def test_level0_report_has_every_kernel_and_the_totals(resnet50):
     assert d["throughput_per_s"] == pytest.approx(1e6 / d["latency_us"])
     assert {k["unit"] for k in d["kernels"]} == {"cube", "vector"}
     conv = next(k for k in d["kernels"] if k["name"] == "Conv2D:conv1")
-    assert conv["fused_ops"] == ["aten.conv2d.default"] and conv["cycles"] > 0 and set(conv["tile"]) >= {"m_l0", "k_l1"}
-    assert [p["name"] for p in d["passes"]] == ["map_ops", "decompose"]
+    assert conv["fused_ops"] == ["aten.conv2d.default"] and conv["cycles"] > 0
+    assert conv["tile"]["m_l1"] == 128 and conv["tile"]["k_l1"] == 64          # level 0: the naive tiling
+    assert [p["name"] for p in d["passes"]] == ["map_ops", "decompose", "mixed_precision", "quantize_int8",
+                                                "naive_tiling"]
     assert d["passes"][-1]["kernel_count"] == d["kernel_count"]
 
 
@@ -52,8 +54,8 @@ def test_chip_precision_rules_and_bad_arguments():
     assert rep.precision == "fp32" and any("no fp32 fractal" in n and "fp16" in n for n in rep.notes)
     with pytest.raises(OptimizeError, match="level 7 is not known"):
         optimize(model, x, level=7)
-    with pytest.raises(OptimizeError, match="level 3 .* not built yet"):
-        optimize(model, x, level=3)
+    with pytest.raises(OptimizeError, match="level True is not known"):
+        optimize(model, x, level=True)
     with pytest.raises(OptimizeError, match="precision 'fp8' is not known"):
         optimize(model, x, precision="fp8")
     with pytest.raises(ValueError, match="unknown chip"):
@@ -84,11 +86,15 @@ def test_level1_fuses_conv_bn_relu_and_is_faster_pass_by_pass(resnet50, chip):
     in_conv_groups = {n for k in convs for n in k.nodes}
     relus = [n.name for n in om.graph.nodes if n.op in ("relu", "relu_")]
     assert len(relus) == 49 and set(relus) <= in_conv_groups                      # every ReLU fused
-    assert len(l1.kernels) < len(l0.kernels) and l1.latency_us < l0.latency_us and l1.gm_bytes < l0.gm_bytes
-    steps = [p.latency_us for p in l1.passes]
+    assert len(l1.kernels) < len(l0.kernels) and l1.latency_us < l0.latency_us
+    by_name = {p.name: p for p in l1.passes}
     assert [p.name for p in l1.passes] == ["map_ops", "decompose", "fold_batchnorm", "fuse_conv_bn_relu",
-                                           "fuse_layernorm", "fuse_attention", "fuse_elementwise"]
-    assert steps[0] == pytest.approx(l0.latency_us) and steps[-1] == pytest.approx(l1.latency_us)
+                                           "fuse_layernorm", "fuse_attention", "fuse_elementwise", "mixed_precision",
+                                           "quantize_int8"]
+    # Conv+BN+ReLU fusion cuts GM traffic (the BN and ReLU round trips) at the same tiling
+    assert by_name["fuse_conv_bn_relu"].gm_bytes < 0.75 * by_name["decompose"].gm_bytes
+    steps = [p.latency_us for p in l1.passes[1:7]]                                # the fusion passes
+    assert l1.passes[-1].latency_us == pytest.approx(l1.latency_us)
     assert all(b <= a + 1e-9 for a, b in zip(steps, steps[1:]))
     assert any("folded 53 of 53 BatchNorms" in note for p in l1.passes for note in p.notes)
 
@@ -148,7 +154,7 @@ def test_level2_adds_layouts_and_memory_reuse(resnet50):
     transdata = [k for k in l2.kernels if k.name.startswith("TransData")]
     assert len(transdata) == 4 and len(l2.kernels) == len(l1.kernels) + 4
     assert l2.peak_memory_bytes < l1.peak_memory_bytes       # buffers are reused from level 2 on
-    assert l2.passes[-1].name == "layout"
+    assert "layout" in [p.name for p in l2.passes] and "layout" not in [p.name for p in l1.passes]
 
 
 @pytest.mark.parametrize("build", ["squeezenet1_0", "mobilenet_v3_small", "distilbert", "gpt2"])

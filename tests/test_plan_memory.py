@@ -154,7 +154,7 @@ def test_a_cpu_lane_op_sits_between_the_kernels_around_it():
     assert g.node("erfinv").attrs["unit"] == "cpu"
     plan = memory_plan(g)
     life = {b.name: (b.first, b.last) for b in plan.buffers}
-    # kernels: relu 0, mul 1, [erfinv on the host], relu_1 2, add 3
-    assert life == {"x": (0, 3), "relu": (0, 3), "mul": (1, 1), "erfinv": (2, 2), "relu_1": (2, 3), "add": (3, 3)}
+    # steps: relu 0, mul 1, erfinv 2 (on the host: its input goes down, its output comes back), relu_1 3, add 4
+    assert life == {"x": (0, 4), "relu": (0, 4), "mul": (1, 2), "erfinv": (2, 3), "relu_1": (3, 4), "add": (4, 4)}
     assert plan.peak_bytes_no_reuse == 6 * 2048 and plan.peak_bytes_reuse == 4 * 2048
     _assert_no_overlap(plan)

@@ -196,6 +196,24 @@ def _quick_fits(chip: Chip, d: int, bq: int, bk: int, dtype: str) -> None:
             raise TilingError(buf)
 
 
+def attention_block_candidates(chip: str | Chip, s_q: int, s_k: int, d: int, dtype: str = "fp16",
+                               double_buffer: bool = True) -> list[tuple[int, int]]:
+    """Every legal ``(block_q, block_k)`` of the standard ladder (clamped to the sequence lengths),
+    in the ladder's order: what a tiling search tries."""
+    chip = get_chip(chip)
+    out = []
+    for bq, bk in _CANDIDATES:
+        bq, bk = min(bq, ceil_align(s_q, 16)), min(bk, ceil_align(s_k, 16))
+        if (bq, bk) in out:
+            continue
+        try:
+            plan_attention(chip, d, bq, bk, dtype, double_buffer)
+        except TilingError:
+            continue
+        out.append((bq, bk))
+    return out
+
+
 def default_attention_blocks(chip: str | Chip, s_q: int, s_k: int, d: int, dtype: str = "fp16",
                              double_buffer: bool = True) -> tuple[int, int]:
     """Default ``(block_q, block_k)``: the first of 128x256, 128x128, 64x256, 64x128, 128x64, ...

@@ -154,6 +154,7 @@ class Chip:
     vector: VectorUnit
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     path: str = field(default="", compare=False, repr=False)
+    host_link_gbps: float = 0.0  # host<->device link, GB/s per direction (0: not given)
 
     # ---- derived figures -------------------------------------------------------------
     @property
@@ -207,7 +208,7 @@ class Chip:
 _CHIP_KEYS = {
     "name": str, "core_version": str, "cube_cores": int, "vector_cores": int,
     "split_cores": bool, "clock_mhz": float, "hbm_gbps": float, "hbm_bytes": int,
-    "l2_bytes": int, "l2_gbps": float,
+    "l2_bytes": int, "l2_gbps": float, "host_link_gbps": float,
 }
 _BUFFER_KEYS = {"size_bytes": int, "align_bytes": int}
 _PATH_KEYS = {"src": str, "dst": str, "pipe": str, "bytes_per_cycle": float, "startup_cycles": float,
@@ -297,12 +298,13 @@ def load_chip(path: str | Path) -> Chip:
         if sec not in doc:
             raise r.fail(sec, None, "missing section")
 
-    c = r.section("chip", doc["chip"], _CHIP_KEYS)
+    c = r.section("chip", doc["chip"], _CHIP_KEYS, optional={"host_link_gbps"})
     if c["core_version"] not in CORE_VERSIONS:
         raise r.fail("chip.core_version", c["core_version"], f"must be one of {', '.join(CORE_VERSIONS)}")
     for key in ("cube_cores", "clock_mhz", "hbm_gbps", "hbm_bytes", "l2_bytes", "l2_gbps"):
         r.positive(f"chip.{key}", c[key])
     r.positive("chip.vector_cores", c["vector_cores"], allow_zero=True)
+    r.positive("chip.host_link_gbps", c.get("host_link_gbps", 0.0), allow_zero=True)
 
     buffers = {}
     for name, table in doc["buffers"].items():

@@ -484,10 +484,16 @@ def fuse_vector_ops(ops: list[str], inputs: int) -> VectorOp:
 
 def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: str | Chip = "Ascend910B1",
                     tile: VecTile | dict | None = None, double_buffer: bool = True,
-                    row_len: int | None = None, name: str | None = None) -> KernelReport:
+                    row_len: int | None = None, name: str | None = None,
+                    compute_dtype: str | None = None) -> KernelReport:
     """Simulate a Vector kernel applying ``op`` (a name in `VECTOR_OPS`, or a `VectorOp` such as
     a fused chain from `fuse_vector_ops`) to ``numel`` elements (rows of ``row_len`` for row-wise
-    ops; default 1024 or numel if smaller)."""
+    ops; default 1024 or numel if smaller).
+
+    ``dtype`` is what GM holds; ``compute_dtype`` (default: the same) is what the Vector unit
+    computes in. A wider compute dtype (fp32 kept for softmax or a norm under mixed precision)
+    costs a VCONV up after each load and one down before each store, and UB tiles of the wider
+    type; GM traffic stays in ``dtype``."""
     chip = get_chip(chip)
     if isinstance(op, str) and op not in VECTOR_OPS:
         raise ValueError(f"vector op {op!r} is not known; choose one of {', '.join(VECTOR_OPS)}")
@@ -503,12 +509,20 @@ def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: s
             raise ValueError(f"numel = {numel} is not a whole number of rows of {row_len}; pass row_len that divides it")
     else:
         row_len = None
+    cdt = compute_dtype or dtype
+    if cdt not in DTYPE_BYTES:
+        raise ValueError(f"compute_dtype {cdt!r} is not known; choose one of fp16, bf16, fp32")
     eb = DTYPE_BYTES[dtype]
     if isinstance(tile, dict):
         tile = VecTile(**tile)
     if tile is None:
-        tile = default_vec_tile(chip, numel, dtype, spec.live_buffers, row_len)
-    slots = check_vec_tile(chip, tile, dtype, spec.live_buffers, row_len, double_buffer)
+        tile = default_vec_tile(chip, numel, cdt, spec.live_buffers, row_len)
+    slots = check_vec_tile(chip, tile, cdt, spec.live_buffers, row_len, double_buffer)
+    widen = narrow = None
+    if cdt != dtype:
+        widen = chip.vector.timing("VCONV", f"{dtype.upper()}_{cdt.upper()}")
+        narrow = chip.vector.timing("VCONV", f"{cdt.upper()}_{dtype.upper()}")
+    ceb = DTYPE_BYTES[cdt]
 
     # tiles: rows x cols elements (row-wise: whole rows)
     if row_len:
@@ -535,13 +549,19 @@ def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: s
             loads = [_move(prog, 0, p_in, elems * eb, f"load x{i} GM->UB", (free,), rate_rd)
                      for i in range(spec.inputs)]
             _flush_writebacks(prog, 0, pending, hbm_share)
-            v = _emit_vector_ops(prog, 0, chip, spec.per_tile, elems, dtype, loads)
+            if widen is not None:
+                reps = max(1, ceil_div(int(elems * eb), chip.vector.repeat_bytes))
+                loads = [emit_repeats(prog, 0, chip, "VCONV", widen, reps, (ld,)) for ld in loads]
+            v = _emit_vector_ops(prog, 0, chip, spec.per_tile, elems, cdt, loads)
             if spec.per_row:
                 rows = elems // row_len
                 for instr, passes in spec.per_row:
-                    timing = chip.vector.timing(instr, _dtypes_key(instr, dtype))
+                    timing = chip.vector.timing(instr, _dtypes_key(instr, cdt))
                     for _ in range(passes):
                         v = prog.emit(0, "VECTOR", timing.cycles(rows), instr, (v,))
+            if narrow is not None:
+                reps = max(1, ceil_div(int(elems * ceb), chip.vector.repeat_bytes))
+                v = emit_repeats(prog, 0, chip, "VCONV", narrow, reps, (v,))
             st = _move(prog, 0, p_out, elems * eb, "store y UB->GM", (v,), rate_wr)
             pending.append(elems * eb)
             ub.release(slot, st)
@@ -555,17 +575,18 @@ def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: s
     cycles = tl.total_cycles
     vec_cycles_min = 0.0  # the vector work at the plateau rate, as the compute roof
     for instr, passes in spec.per_tile:
-        t = chip.vector.timing(instr, _dtypes_key(instr, dtype))
-        vec_cycles_min += passes * t.cycles_per_repeat * numel * eb / chip.vector.repeat_bytes
+        t = chip.vector.timing(instr, _dtypes_key(instr, cdt))
+        vec_cycles_min += passes * t.cycles_per_repeat * numel * ceb / chip.vector.repeat_bytes
     compute_cycles = vec_cycles_min / cores
     mem_cycles = gm_bytes / chip.hbm_bytes_per_cycle()
     busy_core = int(np.argmax(tl.busy[:, 5]))
     return KernelReport(
-        name=name or f"{op_name} {numel} {dtype}", chip=chip.name, unit="vector", dtype=dtype,
+        name=name or f"{op_name} {numel} {dtype}" + (f" (computed in {cdt})" if cdt != dtype else ""),
+        chip=chip.name, unit="vector", dtype=dtype,
         shape={"numel": numel, "row_len": row_len or 0}, tile=tile.to_dict(), double_buffer=double_buffer,
         cycles=cycles, time_us=chip.cycles_to_us(cycles), flops=spec.flops_per_elem * numel,
         gm_bytes=gm_bytes, min_gm_bytes=gm_bytes, cores_used=active,
-        pipe_busy=tl.pipe_busy(busy_core), buffer_peak={"UB": int(slots * tile.elems * eb * spec.live_buffers)},
+        pipe_busy=tl.pipe_busy(busy_core), buffer_peak={"UB": int(slots * tile.elems * ceb * spec.live_buffers)},
         roofline_cycles=max(compute_cycles, mem_cycles),
         bound="compute" if compute_cycles >= mem_cycles else "memory",
         cube_utilization=0.0,

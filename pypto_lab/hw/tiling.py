@@ -166,13 +166,16 @@ def _pow2_floor(x: int) -> int:
     return 1 << (max(1, x).bit_length() - 1)
 
 
-def default_cube_tile(chip: Chip, m: int, k: int, n: int, dtype: str = "fp16") -> CubeTile:
-    """A good legal tiling, chosen by a per-block roofline estimate.
+def cube_tile_candidates(chip: Chip, m: int, k: int, n: int, dtype: str = "fp16",
+                         within: float | None = None) -> list[CubeTile]:
+    """Legal tilings of an ``m x k x n`` matmul, best first by a per-block roofline estimate
+    (with ``within``: only those estimated at most ``within`` times the best).
 
     Candidates: L0C tiles of 16..256 per side; ``k_l0`` as long as two tiles fit L0A and L0B;
     ``k_l1`` as long as two K panels fit L1. Each candidate is scored by
     ``waves x max(Cube cycles, GM cycles) per block``, where waves = blocks / cores (rounded up),
-    so the choice weighs tile efficiency against load balance over the cores.
+    so the order weighs tile efficiency against load balance over the cores. The estimate sees
+    neither pipeline start-up nor the epilogue: a tiling search simulates the first few.
     """
     m0, k0, n0 = cube_fractal(chip, dtype)
     eb = DTYPE_BYTES[dtype]
@@ -187,7 +190,7 @@ def default_cube_tile(chip: Chip, m: int, k: int, n: int, dtype: str = "fp16") -
     mm = ceil_align(max(m, 1), a)
     nn = ceil_align(max(n, 1), a)
     kk = ceil_align(max(k, 1), a)
-    best = None
+    scored = {}
     for tm in (256, 128, 64, 32, 16):
         for tn in (256, 128, 64, 32, 16):
             if tm % a or tn % a or tm > max(mm, a) * 2 or tn > max(nn, a) * 2:
@@ -209,12 +212,20 @@ def default_cube_tile(chip: Chip, m: int, k: int, n: int, dtype: str = "fp16") -
             cube = ceil_div(tm_, m0) * ceil_div(kk, k0) * ceil_div(tn_, n0)
             gm = (tm_ + tn_) * kk * eb / rate
             est = waves * max(cube, gm)
-            cand = (est, -kl1, -(tm_ * tn_), CubeTile(tm_, tm_, kl0, kl1, tn_, tn_))
-            if best is None or cand[:3] < best[:3]:
-                best = cand
-    if best is None:
+            tile = CubeTile(tm_, tm_, kl0, kl1, tn_, tn_)
+            scored.setdefault(tile, (est, -kl1, -(tm_ * tn_)))
+    if not scored:
         raise TilingError(f"no legal Cube tiling on {chip.name} for {dtype}: the buffers are too small")
-    return best[3]
+    ranked = sorted(scored, key=lambda t: scored[t])
+    if within is not None:
+        limit = scored[ranked[0]][0] * within
+        ranked = [t for t in ranked if scored[t][0] <= limit]
+    return ranked
+
+
+def default_cube_tile(chip: Chip, m: int, k: int, n: int, dtype: str = "fp16") -> CubeTile:
+    """A good legal tiling: the first of `cube_tile_candidates`."""
+    return cube_tile_candidates(chip, m, k, n, dtype)[0]
 
 
 @dataclass(frozen=True)
@@ -286,3 +297,14 @@ def default_vec_tile(chip: Chip, numel: int, dtype: str, n_buffers: int, row_len
     cols = max(int(32 // eb), _pow2_floor(int(per_buf // eb)))
     cols = min(cols, ceil_align(max(numel, 1), max(1, int(32 // eb))))
     return VecTile(1, cols)
+
+
+def naive_cube_tile(chip: Chip, m: int, k: int, n: int, dtype: str = "fp16") -> CubeTile:
+    """The textbook tiling an untuned kernel uses: 128 x 128 output blocks, K in steps of 64
+    elements (one L1 panel per L0 step, so no reuse of a panel across steps), clamped to the
+    matrix. Level 0 of `optimize` runs every Cube kernel with it."""
+    a = _operand_align(dtype)
+    tile = CubeTile(min(128, ceil_align(m, a)), min(128, ceil_align(m, a)), min(64, ceil_align(k, a)),
+                    min(64, ceil_align(k, a)), min(128, ceil_align(n, a)), min(128, ceil_align(n, a)))
+    plan_cube(chip, tile, dtype, m, k, n)  # legal on every shipped chip; a custom chip may refuse it
+    return tile

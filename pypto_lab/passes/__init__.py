@@ -11,8 +11,13 @@ from . import (  # noqa: F401 (register passes)
     fuse_conv_bn_relu,
     fuse_elementwise,
     layout,
+    mixed_precision,
+    naive_tiling,
     op_mapping,
     plan_memory,
+    quantize_int8,
+    schedule,
+    tune_tiling,
 )
 from .base import (
     REGISTRY,

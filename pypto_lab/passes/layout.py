@@ -6,7 +6,8 @@ consume and produce activations in NC1HWC0 (5HD, C0 = 16 for fp16) and its matmu
 (NCHW for 4-D). This pass walks the graph in order and gives each node's output a format:
 
 * Cube convolutions: inputs and output NC1HWC0; Cube matmuls: activation inputs and output
-  FRACTAL_NZ.
+  FRACTAL_NZ, except on 910B (AIC-C-220), whose MTE2 converts ND to NZ on the way into L1
+  (DataCopy with Nd2NzParams) and whose FixPipe writes ND: there matmuls stay ND.
 * Ops that need ND: softmax, layer/group norm, embedding and gathers, reductions (except pooling
   and a keepdim mean/sum over H and W of a 5HD tensor), views that change the logical layout
   (view, reshape, flatten, permute, transpose, select, slice, ...), data movement other than
@@ -31,9 +32,15 @@ it reads in ``attrs["input_formats"]``; TransData nodes carry ``attrs["src_forma
 from __future__ import annotations
 
 from ..graph import Graph, Node, TensorInfo
+from ..hw.chip import get_chip
 from ..ops import aten_name
 from .base import Pass, PassContext, PassResult, register
 from .fold_batchnorm import CONVS
+
+# Core versions whose GM->L1 copy converts ND to FRACTAL_NZ on the way (Ascend C DataCopy with
+# Nd2NzParams, Atlas A2 training/inference series) and whose FixPipe writes ND (Fixpipe's
+# NZ2ND): their matmuls read and write ND, so no TransData is needed around them.
+ND2NZ_ON_LOAD = frozenset({"AIC-C-220"})
 
 ND, NC1HWC0, NZ = "ND", "NC1HWC0", "FRACTAL_NZ"
 TRANSDATA = "pypto.transdata"
@@ -85,6 +92,8 @@ class AssignLayout(Pass):
     requires = ("map_ops",)
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+        chip = ctx.chip if ctx.chip is None or not isinstance(ctx.chip, str) else get_chip(ctx.chip)
+        nd_matmul = bool(chip is not None and chip.core_version in ND2NZ_ON_LOAD)
         fmt: dict[str, str] = {}
         infos: dict[str, TensorInfo | None] = {}
         for v in graph.values.values():
@@ -122,7 +131,7 @@ class AssignLayout(Pass):
         for node in graph.nodes:
             acts = [i for i in dict.fromkeys(node.inputs) if i in activations]
             offline.update(i for i in node.inputs if i not in activations and node.attrs.get("unit") == "cube")
-            need, out = self._formats(node, acts, fmt, infos)
+            need, out = self._formats(node, acts, fmt, infos, nd_matmul)
             pending: list[Node] = []
             for i in acts:
                 if fmt[i] != need[i]:
@@ -156,6 +165,9 @@ class AssignLayout(Pass):
         total = sum(counts.values())
         detail = f" ({', '.join(f'{k} {v}' for k, v in counts.items())})" if counts else ""
         notes = [f"inserted {total} TransData{detail}, removed {removed} redundant pairs"]
+        if nd_matmul:
+            notes.append(f"{chip.core_version}: matmuls read ND (MTE2 converts ND->NZ on the way into L1) and "
+                         "write ND (FixPipe), so no TransData around them")
         inputs = {v.name: ND for v in graph.values.values() if v.kind == "input"}
         notes.append("graph inputs and outputs are ND (NCHW for 4-D): "
                      + ", ".join(f"{k} {v}" for k, v in inputs.items()))
@@ -168,7 +180,7 @@ class AssignLayout(Pass):
 
     @staticmethod
     def _formats(node: Node, acts: list[str], fmt: dict[str, str],
-                 infos: dict[str, TensorInfo | None]) -> tuple[dict[str, str], str]:
+                 infos: dict[str, TensorInfo | None], nd_matmul: bool = False) -> tuple[dict[str, str], str]:
         """(the format each activation input must be in, the format of the output)."""
         op = aten_name(node.target)
         unit = node.attrs.get("unit")
@@ -179,6 +191,8 @@ class AssignLayout(Pass):
             first = node.inputs[0] if node.inputs else None
             return {i: (NC1HWC0 if i == first else fmt[i]) for i in acts}, NC1HWC0
         if unit == "cube" and op in MATMUL_OPS:
+            if nd_matmul:  # MTE2 converts ND to NZ on the way into L1; FixPipe writes ND
+                return {i: ND for i in acts}, ND
             return {i: (NZ if _valid(NZ, infos.get(i)) else ND) for i in acts}, NZ if _valid(NZ, out_info) else ND
         agnostic = (op in PASS_THROUGH
                     or (unit == "vector" and op not in ND_VECTOR_OPS and op not in REDUCTIONS)

@@ -190,3 +190,23 @@ def test_round_trip_keeps_first_when_read_elsewhere():
     assert out.node("relu").inputs == ["x"] and out.node("mm").inputs == ["td_a", "w"]
     # mm's NZ output gets its own conversion back to ND for the graph output
     assert out.nodes[-1].target == TRANSDATA and out.outputs == ["relu", out.nodes[-1].name]
+
+
+@pytest.mark.parametrize("width, transdata", [(64, {(ND, NZ): 1, (NZ, ND): 1}), (24, {(ND, NZ): 2, (NZ, ND): 2})])
+def test_layer_norm_keeps_nz_when_its_last_two_axes_are_multiples_of_16(width, transdata):
+    model = nn.Sequential(nn.Linear(width, width), nn.LayerNorm(width), nn.Linear(width, width))
+    out, _ = run(capture(model, torch.randn(32, width)), LEVEL2)
+    # 64 wide: ND in, NZ through linear -> LayerNorm -> linear, ND out; 24 wide: LayerNorm needs ND
+    assert kinds(out) == transdata
+    ln = next(n for n in out.nodes if n.op in ("layer_norm", "native_layer_norm"))
+    assert ln.attrs["format"] == (NZ if width == 64 else ND)
+
+
+def test_910b_matmuls_read_and_write_nd():
+    from pypto_lab.passes import PassContext
+
+    model = nn.Sequential(nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 64))
+    g = capture(model, torch.randn(32, 64))
+    rec = RecordSnapshots()
+    out = PassManager(LEVEL2, [rec]).run(g, PassContext(chip="Ascend910B1"))
+    assert transdatas(out) == [] and any("MTE2 converts ND->NZ" in n for n in rec.snapshots[-1].notes)

@@ -128,16 +128,17 @@ class Program:
 
     def emit(self, core: int, pipe: str, cycles: float, kind: str, deps=(), latency: float = 0.0) -> int:
         """Append an instruction holding ``pipe`` for ``cycles``; its result is ready after
-        ``max(cycles, latency)``."""
+        ``max(cycles, latency)``. (The hot path of every tile program: kept lean.)"""
         if cycles < 0 or latency < 0:
             raise ValueError(f"instruction {kind!r} on {pipe}: duration {cycles} / latency {latency} < 0 cycles")
         idx = len(self.pipe)
         self.core.append(core)
         self.pipe.append(PIPE_INDEX[pipe])
-        self.duration.append(float(cycles))
-        self.latency.append(float(latency))
-        self.kind.append(self.kind_id(kind))
-        self.deps.append(tuple(d for d in deps if d is not None and d >= 0))
+        self.duration.append(cycles)
+        self.latency.append(latency)
+        k = self._kind_index.get(kind)
+        self.kind.append(self.kind_id(kind) if k is None else k)
+        self.deps.append(tuple([d for d in deps if d is not None and d >= 0]) if deps else ())
         return idx
 
     # set_flag / wait_flag in the words of Ascend C: the producer instruction sets an event,

@@ -8,7 +8,9 @@ consume and produce activations in NC1HWC0 (5HD, C0 = 16 for fp16) and its matmu
 * Cube convolutions: inputs and output NC1HWC0; Cube matmuls: activation inputs and output
   FRACTAL_NZ, except on 910B (AIC-C-220), whose MTE2 converts ND to NZ on the way into L1
   (DataCopy with Nd2NzParams) and whose FixPipe writes ND: there matmuls stay ND.
-* Ops that need ND: softmax, layer/group norm, embedding and gathers, reductions (except pooling
+* LayerNorm over the last axis keeps FRACTAL_NZ when its input is NZ and the last two axes are
+  multiples of 16 (CANN's LayerNorm kernel supports NZ there).
+* Ops that need ND: softmax, layer norm otherwise, group norm, embedding and gathers, reductions (except pooling
   and a keepdim mean/sum over H and W of a 5HD tensor), views that change the logical layout
   (view, reshape, flatten, permute, transpose, select, slice, ...), data movement other than
   plain copies (cat, pad, ...), attention and CPU fallbacks.
@@ -54,6 +56,19 @@ POOLS = frozenset({"max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_
 # views and copies that leave the layout alone: they pass their input's format through
 PASS_THROUGH = frozenset({"dropout", "alpha_dropout", "clone", "alias", "detach", "identity", "lift_fresh_copy",
                           "getitem", "contiguous", "copy", "copy_"})
+
+
+# CANN's LayerNorm takes and gives FRACTAL_NZ when it normalises the last axis and the last two
+# axes are multiples of 16 (op_select_format of the TBE layer_norm kernel Huawei open-sourced,
+# "_division_sixteen"): a matmul's NZ output feeds it without a TransData.
+NZ_LAYER_NORMS = frozenset({"layer_norm", "native_layer_norm"})
+
+
+def _nz_layer_norm(node: Node, info: TensorInfo | None) -> bool:
+    if info is None or len(info.shape) < 2 or info.shape[-1] % 16 or info.shape[-2] % 16:
+        return False
+    normalized = node.args[1] if len(node.args) > 1 else None
+    return isinstance(normalized, (list, tuple)) and len(normalized) == 1
 
 
 def _valid(fmt: str, info: TensorInfo | None) -> bool:
@@ -197,6 +212,8 @@ class AssignLayout(Pass):
         agnostic = (op in PASS_THROUGH
                     or (unit == "vector" and op not in ND_VECTOR_OPS and op not in REDUCTIONS)
                     or (op in REDUCTIONS and acts and _spatial_reduction(node, infos.get(acts[0]))))
+        if op in NZ_LAYER_NORMS and acts and fmt[acts[0]] == NZ and _nz_layer_norm(node, infos.get(acts[0])):
+            return {acts[0]: NZ, **{i: ND for i in acts[1:]}}, NZ
         if not agnostic or not acts:
             return {i: ND for i in acts}, ND
         if op in POOLS or op in REDUCTIONS:

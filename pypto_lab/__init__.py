@@ -3,6 +3,8 @@
 The chip model lives in `pypto_lab.hw`; the functions below are the public entry points.
 """
 
+from .graph import CaptureError, Graph, capture
+from .hw.attention import simulate_attention
 from .hw.chip import ChipConfigError, get_chip, list_chips
 from .hw.kernels import KernelReport, simulate_conv2d, simulate_matmul, simulate_vector
 from .hw.tiling import CubeTile, TilingError, VecTile
@@ -11,6 +13,7 @@ from .optimize import OptimizeError, get_optimization_options, optimize, set_opt
 __version__ = "0.1.0"
 
 __all__ = [
+    "CaptureError", "Graph", "capture", "simulate_attention",
     "ChipConfigError", "CubeTile", "KernelReport", "OptimizeError", "TilingError", "VecTile", "get_chip",
     "get_optimization_options", "list_chips", "optimize", "set_optimization_options", "simulate_conv2d",
     "simulate_matmul", "simulate_vector",

@@ -143,7 +143,7 @@ def cmd_compare(args) -> int:
         why = p.notes[0] if p.notes else ""
         steps.append([p.name, f"{p.latency_us:,.1f}", change, p.kernel_count, why[:100] + ("..." if len(why) > 100 else "")])
         prev = p.latency_us
-    print(_table(["after pass", "latency us", "change", "kernels", "what it did"], steps))
+    print(_table(["after pass", "latency us", "change", "kernels", "what it did"], steps, aligns="lrrrl"))
     for n in last.notes:
         print(f"note: {n}")
     return 0

@@ -108,3 +108,11 @@ def test_pass_manager_checks_order_and_calls_instruments(resnet50_graph):
     assert "npu_op" not in resnet50_graph.nodes[0].attrs  # passes work on copies
     with pytest.raises(KeyError, match="no pass named 'fuse_everything'"):
         get_pass("fuse_everything")
+
+
+def test_capture_is_part_of_the_public_api():
+    import pypto_lab
+
+    g = pypto_lab.capture(torch.nn.Linear(8, 4), torch.randn(2, 8))
+    assert isinstance(g, pypto_lab.Graph) and [n.op for n in g.nodes] == ["linear"]
+    assert issubclass(pypto_lab.CaptureError, ValueError)

@@ -46,8 +46,9 @@ class MixedPrecision(Pass):
                 if op in FP32_KEPT:
                     node.attrs["compute_dtype"] = "fp32"
                     kept[op] = kept.get(op, 0) + 1
-        notes = [f"{lowered} operators lowered to {low}" + (" (Vector in fp16)" if low == "int8" else "")]
+        note = f"{lowered} operators lowered to {low}" + (" (Vector in fp16)" if low == "int8" else "")
         if kept:
-            notes.append("kept fp32 compute (fp32 in UB, " + vector_low + " in GM): "
-                         + ", ".join(f"{op} x{c}" for op, c in sorted(kept.items())))
+            note += ("; kept fp32 compute (fp32 in UB, " + vector_low + " in GM): "
+                     + ", ".join(f"{op} x{c}" for op, c in sorted(kept.items())))
+        notes = [note]
         return PassResult(graph, modified=True, notes=notes)

@@ -282,5 +282,6 @@ def capture(model: torch.nn.Module, example_inputs, name: str | None = None) -> 
     finally:
         model.train(was_training)
     graph = from_exported(ep, name or type(model).__name__)
+    graph.exported_program = ep  # what `pypto_lab.runtime` interprets (copies carry it over)
     per_model[sig] = graph
     return graph.copy()

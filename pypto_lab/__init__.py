@@ -3,17 +3,30 @@
 The chip model lives in `pypto_lab.hw`; the functions below are the public entry points.
 """
 
+from . import amp, debug, nn, profiler, quantization, tuning
+from .compare import CompareError, Comparison, compare_tensors
+from .custom_ops import CustomOpError, custom_op
 from .graph import CaptureError, Graph, capture
 from .hw.attention import simulate_attention
 from .hw.chip import ChipConfigError, get_chip, list_chips
 from .hw.kernels import KernelReport, simulate_conv2d, simulate_matmul, simulate_vector
 from .hw.tiling import CubeTile, TilingError, VecTile
-from .optimize import OptimizeError, get_optimization_options, optimize, set_optimization_options
+from .memory import disable_memory_pool, enable_memory_pool, get_memory_allocator, set_memory_allocator
+from .optimize import (
+    OptimizedModel,
+    OptimizeError,
+    get_optimization_options,
+    optimize,
+    set_optimization_options,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CaptureError", "Graph", "capture", "simulate_attention",
+    "OptimizedModel", "amp", "debug", "nn", "profiler", "quantization", "tuning", "Comparison", "CompareError",
+    "compare_tensors", "CustomOpError", "custom_op", "disable_memory_pool", "enable_memory_pool",
+    "get_memory_allocator", "set_memory_allocator",
     "ChipConfigError", "CubeTile", "KernelReport", "OptimizeError", "TilingError", "VecTile", "get_chip",
     "get_optimization_options", "list_chips", "optimize", "set_optimization_options", "simulate_conv2d",
     "simulate_matmul", "simulate_vector",

@@ -22,6 +22,9 @@ from .hw.kernels import KernelReport, fuse_vector_ops, simulate_matmul, simulate
 from .hw.tiling import CubeTile
 
 FIXPIPE_ACTIVATIONS = {"relu", "relu_"}
+# pypto_lab.quantization's int8 layers: always int8 on the Cube; the value is the index of their
+# input-scale argument (None: a dynamic scale, found by a max-reduction over the input first)
+INT8_OPS = {"linear_int8": 4, "conv2d_int8": 8}
 
 # Simulations are deterministic functions of their arguments: a model repeats the same kernel
 # shapes many times (ResNet's bottlenecks, BERT's layers) and every pass snapshot costs the graph
@@ -89,14 +92,17 @@ def _shape(graph: Graph, name: str) -> tuple[int, ...]:
 
 def _gemm_dims(graph: Graph, node: Node) -> tuple[int, int, int, int]:
     """(batch, M, K, N) of a Cube node."""
+    if node.target.startswith("pypto_lab_user."):  # a Cube custom op: its output is C, K from its flops
+        from .custom_ops import gemm_dims
+        return gemm_dims(graph, node)
     op = node.op
-    if op in ("conv2d", "convolution", "_convolution", "conv1d"):
+    if op in ("conv2d", "convolution", "_convolution", "conv1d", "conv2d_int8"):
         x, w = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1])
         out = node.outputs[0].shape
         groups = int(node.args[6]) if len(node.args) > 6 and isinstance(node.args[6], int) else 1
         spatial = prod(out[2:]) if len(out) > 2 else 1
         return groups, out[0] * spatial, (x[1] // groups) * prod(w[2:]), w[0] // groups
-    if op == "linear":
+    if op in ("linear", "linear_int8"):
         x, w = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1])
         return 1, prod(x[:-1]), x[-1], w[0]
     if op == "addmm":
@@ -132,7 +138,8 @@ def _streamed_inputs(graph: Graph, nodes: list[Node], numel: int) -> list[str]:
 def gemm_of(graph: Graph, anchor: Node, chip: Chip, precision: str) -> tuple[int, int, int, int, str]:
     """(batch, M, K, N, dtype) of a Cube node: the dtype the precision passes chose, else the precision's."""
     batch, m, k, n = _gemm_dims(graph, anchor)
-    return max(batch, 1), max(m, 1), max(k, 1), max(n, 1), anchor.attrs.get("dtype") or _cube_dtype(chip, precision)
+    dtype = "int8" if anchor.op in INT8_OPS else anchor.attrs.get("dtype") or _cube_dtype(chip, precision)
+    return max(batch, 1), max(m, 1), max(k, 1), max(n, 1), dtype
 
 
 def _epilogue(nodes: list[Node], anchor: Node) -> str:
@@ -153,8 +160,13 @@ def _cost_cube(graph: Graph, nodes: list[Node], anchor: Node, chip: Chip, precis
         kwargs["out_dtype"] = "fp16"
     reports = [_memo(simulate_matmul, chip, m, k, n, dtype=dtype, batch=batch, epilogue=_epilogue(nodes, anchor),
                      **kwargs)]
-    if anchor.attrs.get("quantize_input"):  # fp16 activations quantised to int8 before the Cube reads them
+    int8_layer = INT8_OPS.get(anchor.op)
+    if anchor.attrs.get("quantize_input") or int8_layer is not None:  # fp16 activations quantised to int8 first
         info = graph.info(anchor.inputs[0])
+        dynamic = int8_layer is not None and len(anchor.args) > int8_layer and anchor.args[int8_layer] is None
+        if dynamic and info is not None and info.numel:  # the dynamic scale: max |x| over the input
+            reports.append(_memo(simulate_vector, chip, "max", info.numel, dtype="fp16", row_len=info.shape[-1],
+                                 name=f"absmax {info.numel} fp16"))
         if info is not None and info.numel:
             reports.append(_memo(simulate_vector, chip, "cast", info.numel, dtype="fp16",
                                  name=f"quantize {info.numel} fp16->int8"))
@@ -222,6 +234,10 @@ def _resources(chip: Chip, unit: str, reports: list[KernelReport], nodes: list[N
 def cost_kernel(graph: Graph, nodes: list[Node], chip: Chip, precision: str = "fp16") -> KernelCost:
     if len(nodes) == 1 and nodes[0].attrs.get("unit") == "cpu":
         return _cost_host(graph, nodes[0], chip)
+    custom = [n for n in nodes if n.target.startswith("pypto_lab_user.") and n.attrs.get("unit") != "cpu"]
+    if custom:  # a user operator (`pypto_lab.custom_op`): costed from what it declared
+        from .custom_ops import cost_custom
+        return cost_custom(graph, nodes, custom[0], chip, precision)
     cube = [n for n in nodes if n.attrs.get("unit") == "cube"]
     composite = [n for n in nodes if n.attrs.get("unit") == "composite"]
     if cube:

@@ -27,6 +27,8 @@ def _entries() -> dict[str, NpuOp]:
         "conv2d": "Conv2D", "convolution": "Conv2D", "_convolution": "Conv2D", "conv1d": "Conv2D",
         "linear": "MatMulV2", "addmm": "MatMulV2", "mm": "MatMulV2", "matmul": "BatchMatMulV2",
         "bmm": "BatchMatMulV2", "baddbmm": "BatchMatMulV2", "einsum": "BatchMatMulV2",
+        # pypto_lab.quantization's int8 layers (torch.library ops pypto_lab::linear_int8, ::conv2d_int8)
+        "linear_int8": "QuantBatchMatmulV3", "conv2d_int8": "Conv2D",
     }
     vector = {
         # element-wise arithmetic
@@ -100,14 +102,23 @@ CATALOGUE: dict[str, NpuOp] = _entries()
 
 
 def aten_name(target: str) -> str:
-    """"aten.conv2d.default" -> "conv2d"; "<built-in function getitem>" -> "getitem"."""
-    if target.startswith("aten."):
+    """"aten.conv2d.default" -> "conv2d"; "pypto_lab.linear_int8.default" -> "linear_int8";
+    "<built-in function getitem>" -> "getitem"."""
+    if target.startswith(("aten.", "pypto_lab.")):
         return target.split(".")[1]
     if "getitem" in target:
         return "getitem"
     return target.rsplit(".", 1)[-1].strip("<>").split()[-1]
 
 
+# user operators registered with `pypto_lab.custom_op` (captured as "pypto_lab_user.<name>.default")
+CUSTOM_NAMESPACE = "pypto_lab_user"
+CUSTOM: dict[str, NpuOp] = {}
+
+
 def lookup(target: str) -> NpuOp | None:
-    """The catalogue entry of an ATen target, or None when the op falls back to the CPU."""
+    """The catalogue entry of an ATen target (or a registered custom op), or None when the op
+    falls back to the CPU."""
+    if target.startswith(CUSTOM_NAMESPACE + "."):
+        return CUSTOM.get(target.split(".")[1])
     return CATALOGUE.get(aten_name(target))

@@ -177,14 +177,48 @@ class Report:
 
 @dataclass
 class OptimizedModel:
-    """The model, its optimised graph and the simulator's report on it."""
+    """The model, its optimised graph and the simulator's report on it.
+
+    Calling it, ``optimized(*inputs)``, returns the model's outputs computed on the CPU with the
+    NPU's numerics for the optimised graph (`pypto_lab.runtime`); ``last_cpu_us`` is the measured
+    wall time of the last call (the simulated NPU time is ``report().latency_us``)."""
 
     model: torch.nn.Module
     graph: Graph
     _report: Report
+    chip: Chip | None = field(default=None, repr=False)
+    cube_precision: str = ""           # the Cube precision the passes ran with (after CANN's rule)
+    last_cpu_us: float = field(default=0.0, repr=False)
+    _runtime: Any = field(default=None, repr=False)
 
     def report(self) -> Report:
         return self._report
+
+    @property
+    def runtime(self):
+        """The interpreter of the exported program with this graph's numerics (built on first use)."""
+        if self._runtime is None:
+            from .runtime import Runtime
+
+            chip = self.chip or self._report.chip
+            precision = self.cube_precision or resolve_precision(get_chip(chip), self._report.precision)[0]
+            self._runtime = Runtime(self.model, self.graph, chip, precision)
+        return self._runtime
+
+    def __call__(self, *args, **kwargs):
+        import importlib
+        import importlib.util
+        import time
+
+        start = time.perf_counter()
+        out = self.runtime.run(args, kwargs)
+        cpu_us = (time.perf_counter() - start) * 1e6
+        self.last_cpu_us = cpu_us
+        prof = importlib.import_module("pypto_lab.profiler") if importlib.util.find_spec("pypto_lab.profiler") else None
+        hook = getattr(prof, "notify_run", None)
+        if hook:
+            hook(self, args, cpu_us)
+        return out
 
 
 def _batch_of(example_inputs) -> int:
@@ -201,8 +235,9 @@ def optimize(model: torch.nn.Module, example_inputs, chip: str | Chip = "Ascend9
     chip = get_chip(chip)
     if level is None:
         level = _OPTIONS["graph_optimization_level"]
-    if precision is None:
-        precision = "fp16" if _OPTIONS["auto_mixed_precision"] else "fp32"
+    if precision is None:  # inside pypto_lab.amp.autocast (or an amp.initialize'd model): its dtype
+        from .amp import autocast_precision
+        precision = autocast_precision(model) or ("fp16" if _OPTIONS["auto_mixed_precision"] else "fp32")
     if isinstance(level, bool) or level not in LEVELS:
         raise OptimizeError(f"level {level!r} is not known; levels are 0, 1, 2, 3 (see pypto_lab.optimize.LEVELS)")
     cube_precision, note = resolve_precision(chip, precision)
@@ -219,8 +254,9 @@ def optimize(model: torch.nn.Module, example_inputs, chip: str | Chip = "Ascend9
         steps.append(PassStep(snap.name, sched.latency_us, len(costs), snap.notes, sum(k.gm_bytes for k in costs)))
     kernels = cost_graph(optimized, chip, cube_precision)
     schedule = getattr(optimized, "schedule", None) or schedule_kernels(optimized, kernels, False, launch)
-    reuse = _OPTIONS["memory_optimization"]
-    plan = memory_plan(optimized, precision=cube_precision, reuse=level >= 2 if reuse is None else bool(reuse))
+    from .memory import plan_allocator  # memory_optimization / enable_memory_pool and set_memory_allocator
+
+    plan = memory_plan(optimized, precision=cube_precision, allocator=plan_allocator(level))
     report = Report(graph.model_name, chip.name, level, precision, _batch_of(example_inputs), kernels, steps,
                     fallbacks(optimized), plan, [note] if note else [], schedule)
-    return OptimizedModel(model, optimized, report)
+    return OptimizedModel(model, optimized, report, chip=chip, cube_precision=cube_precision)

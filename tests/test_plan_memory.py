@@ -122,12 +122,15 @@ def test_the_pass_attaches_the_plan_notes_it_and_honours_the_options(resnet50_gr
     assert res.notes[0].startswith("peak GM ") and "with reuse" in res.notes[0] and "weights 51." in res.notes[0]
     assert res.graph.copy().memory_plan == plan            # survives Graph.copy()
     assert not hasattr(g, "memory_plan")                   # the pass worked on a copy
-    ctx = PassContext(precision="fp32", options={"memory_reuse": False, "memory_pool": "static", "allocator": "bfc"})
+    ctx = PassContext(precision="fp32", options={"memory_reuse": False})
     res = get_pass("plan_memory")(g, ctx)
     plan = res.graph.memory_plan
     assert not plan.reuse and plan.peak_bytes == plan.peak_bytes_no_reuse and plan.precision == "fp32"
-    assert plan.options == {"memory_pool": "static", "allocator": "bfc"}
-    assert "without reuse" in res.notes[0] and "do not change the plan yet" in res.notes[1]
+    assert "without reuse" in res.notes[0]
+    ctx = PassContext(precision="fp16", options={"memory_pool": True, "allocator": "caching"})
+    plan = get_pass("plan_memory")(g, ctx).graph.memory_plan       # the allocator options change the plan
+    assert plan.allocator == "caching" and plan.peak_bytes == plan.peak_bytes_caching > plan.peak_bytes_reuse
+    assert plan.options == {"memory_pool": True, "allocator": "caching"}
 
 
 def test_the_pass_needs_map_ops_and_runs_in_a_pipeline():

@@ -21,7 +21,7 @@ from ..ops import aten_name
 from .base import Pass, PassContext, PassResult, register
 from .fold_batchnorm import CONVS, describe
 
-MATMULS = ("linear", "addmm", "mm")
+MATMULS = ("linear", "addmm", "mm", "linear_int8")  # linear_int8: pypto_lab.quantization's int8 Linear
 RESIDUAL_ADDS = ("add", "add_")
 # activations FixPipe applies as the Cube's result drains (aten name -> epilogue name)
 CONV_ACTIVATIONS = {"relu": "relu", "relu_": "relu", "hardtanh": "hardtanh", "hardtanh_": "hardtanh",

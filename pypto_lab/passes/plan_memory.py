@@ -22,8 +22,18 @@ aligns.
 Two plans: without reuse every tensor has its own buffer (peak = all resident bytes + all
 activation bytes); with reuse a greedy best-fit offset allocator places each kernel's outputs in
 the smallest freed block that fits (coalescing neighbours, growing the arena only when none fits).
-``ctx.options["memory_reuse"]`` (default True) chooses which one is *the* plan;
-``memory_pool``/``allocator`` are recorded but change nothing yet. The plan is attached to the
+``ctx.options["memory_reuse"]`` (default True) chooses which one is *the* plan.
+
+Allocators (``allocator=``; `pypto_lab.set_memory_allocator` picks it for `optimize`):
+
+* "naive": no reuse, every tensor its own buffer;
+* "unified": one arena for all tensors, greedy best-fit reuse with coalescing (the plan above);
+* "caching": a caching allocator as PyTorch's and torch_npu's are built: a request up to 1 MiB
+  is rounded up to 512 bytes, a larger one to a multiple of 2 MiB; a freed block is cached and
+  reused whole (not split, not merged) by a later request that fits it, best fit first; when no
+  cached block fits, a new block is reserved, and reserved memory is never given back. Weights
+  are blocks of their own, rounded the same way. Its peak is the reserved total (the 2 MiB
+  segments that small blocks are carved from are not modelled). The plan is attached to the
 graph as ``graph.memory_plan`` (a `MemoryPlan`; it survives `Graph.copy()`; a pass that rewrites
 the graph afterwards leaves it stale). `memory_plan(graph, precision, reuse)` computes the same
 without the pass manager.
@@ -71,6 +81,8 @@ class MemoryPlan:
     weight_bytes: int = 0          # params, buffers, constants (and folded biases) among the resident
     kernel_count: int = 0
     options: dict[str, Any] = field(default_factory=dict)  # memory_pool / allocator as given
+    allocator: str = ""            # "naive" | "unified" | "caching"; "" for the reuse flag's plan
+    peak_bytes_caching: int = 0
 
     @property
     def activation_bytes(self) -> int:
@@ -88,6 +100,10 @@ class MemoryPlan:
         other = self.resident_bytes - self.weight_bytes
         if other:
             w += f" (+ inputs {other / mb:.1f} MB)"
+        if self.allocator == "caching":
+            return (f"peak GM {self.peak_bytes / mb:.1f} MB reserved by the caching allocator ("
+                    f"{self.peak_bytes_reuse / mb:.1f} MB unified best-fit, {self.peak_bytes_no_reuse / mb:.1f} MB "
+                    f"without reuse); {w}")
         if self.reuse:
             return (f"peak GM {self.peak_bytes_reuse / mb:.1f} MB with reuse ({self.peak_bytes_no_reuse / mb:.1f} MB "
                     f"without, {-100 * self.saving:.1f} %); {w}")
@@ -164,9 +180,48 @@ def _release(free: list[list[int]], off: int, size: int) -> None:
         free[k - 1][1] += free.pop(k)[1]
 
 
+ALLOCATORS = ("naive", "unified", "caching")
+SMALL_BLOCK = 1 << 20     # caching allocator: requests up to 1 MiB round to 512 bytes ...
+LARGE_ROUND = 2 << 20     # ... larger ones to a multiple of 2 MiB
+
+
+def caching_block(size: int) -> int:
+    """The block the caching allocator hands out for a request of ``size`` bytes."""
+    return _align(size) if size <= SMALL_BLOCK else -(-size // LARGE_ROUND) * LARGE_ROUND
+
+
+def _caching_peak(tensors: list[_Tensor], resident_sizes: list[int], n_kernels: int) -> int:
+    """Reserved bytes at the end of a run under the caching allocator (it never shrinks)."""
+    reserved = sum(caching_block(s) for s in resident_sizes)
+    by_first: dict[int, list[_Tensor]] = {}
+    for t in tensors:
+        by_first.setdefault(t.first, []).append(t)
+    cached: list[int] = []                  # free block sizes
+    live: list[tuple[int, int]] = []        # (last kernel, block size)
+    for i in range(n_kernels):
+        cached.extend(size for last, size in live if last < i)
+        live = [(last, size) for last, size in live if last >= i]
+        for t in sorted(by_first.get(i, []), key=lambda t: -t.size):
+            need = caching_block(t.size)
+            fits = [b for b in cached if b >= need]
+            if fits:
+                block = min(fits)
+                cached.remove(block)
+            else:
+                block = need
+                reserved += block
+            live.append((t.last, block))
+    return reserved
+
+
 def memory_plan(graph: Graph, precision: str = "fp16", reuse: bool = True,
-                options: dict[str, Any] | None = None) -> MemoryPlan:
-    """Plan GM for one run of a mapped (possibly fused) graph; see the module docstring."""
+                options: dict[str, Any] | None = None, allocator: str | None = None) -> MemoryPlan:
+    """Plan GM for one run of a mapped (possibly fused) graph; see the module docstring.
+    ``allocator`` (one of `ALLOCATORS`) overrides ``reuse``: "naive" is no reuse."""
+    if allocator is not None and allocator not in ALLOCATORS:
+        raise ValueError(f"allocator {allocator!r} is not known; choose one of {', '.join(ALLOCATORS)}")
+    if allocator is not None:
+        reuse = allocator != "naive"
     if precision not in ELEMENT_BYTES:
         raise ValueError(f"precision {precision!r} is not known; choose one of {', '.join(ELEMENT_BYTES)}")
     unmapped = [n.name for n in graph.nodes if "unit" not in n.attrs]
@@ -270,10 +325,13 @@ def memory_plan(graph: Graph, precision: str = "fp16", reuse: bool = True,
         buffers.append(Buffer(t.name, reuse_offsets[t.name] if reuse else off, t.size, t.first, t.last))
         off += t.size
     peak_reuse = resident_bytes + top
+    peak_caching = _caching_peak(tensors, [s for _, s, _ in resident], n)
+    peak = peak_caching if allocator == "caching" else peak_reuse if reuse else no_reuse
     return MemoryPlan(
-        peak_bytes=peak_reuse if reuse else no_reuse, peak_bytes_no_reuse=no_reuse, peak_bytes_reuse=peak_reuse,
+        peak_bytes=peak, peak_bytes_no_reuse=no_reuse, peak_bytes_reuse=peak_reuse,
         resident_bytes=resident_bytes, live_bytes=live, buffers=buffers, reuse=reuse, precision=precision,
-        weight_bytes=weight_bytes, kernel_count=n, options=dict(options or {}),
+        weight_bytes=weight_bytes, kernel_count=n, options=dict(options or {}), allocator=allocator or "",
+        peak_bytes_caching=peak_caching,
     )
 
 
@@ -289,11 +347,9 @@ class PlanMemory(Pass):
         opts = ctx.options or {}
         reuse = bool(opts.get("memory_reuse", True))
         recorded = {k: opts[k] for k in ("memory_pool", "allocator") if k in opts}
-        plan = memory_plan(graph, ctx.precision, reuse, recorded)
+        allocator = opts.get("allocator")
+        if opts.get("memory_pool") is False:
+            allocator = "naive"
+        plan = memory_plan(graph, ctx.precision, reuse, recorded, allocator=allocator)
         object.__setattr__(graph, "memory_plan", plan)
-        notes = [plan.summary()]
-        if recorded:
-            given = ", ".join(f"{k}={v!r}" for k, v in recorded.items())
-            notes.append(f"{given} recorded; they do not change the plan yet (one best-fit arena, "
-                         f"{ALIGN}-byte aligned)")
-        return PassResult(graph, modified=False, notes=notes)
+        return PassResult(graph, modified=False, notes=[plan.summary()])

@@ -30,8 +30,12 @@ and `pypto_lab.model_cost` costs it from what was declared:
   simulated with `simulate_matmul` (and tiled by `tune_tiling` / `auto_tune` like any matmul).
 * ``unit="move"`` with ``bytes=``: a GM -> UB -> GM copy of that many bytes.
 
-A custom op without any of these registers and runs, but `pypto_lab.optimize` raises
-`CustomOpError` ("custom op 'x' has no cost: ...") naming what to pass.
+A custom op without any of these (the seed's example) is costed from its reference: the
+reference is traced on meta tensors (``make_fx``) and, when every ATen op it calls is a Vector
+operator of the catalogue (or a view), they are simulated as one fused Vector kernel over the
+output (``x * 2``: one VMUL per tile). When the reference calls anything else (a sort, a
+matmul, an op the catalogue lacks), `pypto_lab.optimize` raises `CustomOpError` ("custom op 'x'
+has no cost: ...") naming what to pass.
 """
 
 from __future__ import annotations
@@ -260,6 +264,51 @@ def no_cost_message(name: str) -> str:
             "or cost=<function returning microseconds>")
 
 
+def _reference_vector_ops(spec: CustomOpSpec, args: list) -> list[str]:
+    """The Vector kernels of the reference implementation's ATen ops (traced on meta tensors),
+    when they are all element-wise or row-wise Vector ops (or views); otherwise a clear error."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from .ops import lookup
+
+    try:
+        traced = make_fx(spec.fn)(*args)
+    except Exception as exc:
+        raise CustomOpError(no_cost_message(spec.name) + f"; no cost could be derived from its reference either "
+                            f"(tracing it on meta tensors failed: {type(exc).__name__})") from exc
+    ops = []
+    for n in traced.graph.nodes:
+        if n.op != "call_function":
+            continue
+        entry = lookup(str(n.target))
+        if entry is None or entry.unit not in ("vector", "free"):
+            raise CustomOpError(no_cost_message(spec.name) + f"; no cost could be derived from its reference: it "
+                                f"calls {n.target}, which is not a Vector operator")
+        if entry.unit == "vector" and entry.vector_op:
+            ops.append(entry.vector_op)
+    return ops or ["copy"]
+
+
+def _cost_from_reference(spec: CustomOpSpec, graph, nodes, node, chip, args: list):
+    """No declared cost: cost the reference's ATen ops as one fused Vector kernel over the output."""
+    from .hw.kernels import fuse_vector_ops, simulate_vector
+    from .model_cost import KernelCost, _memo
+
+    ops = _reference_vector_ops(spec, args)
+    inputs = sum(1 for a in args if isinstance(a, torch.Tensor))
+    fused = fuse_vector_ops(ops, inputs)
+    out = node.outputs[0] if node.outputs else None
+    numel = max(1, out.numel if out is not None else 1)
+    gm_dtype = node.attrs.get("dtype") if node.attrs.get("dtype") in ("fp16", "bf16", "fp32") else "fp16"
+    row_len = out.shape[-1] if fused.row_wise and out is not None and out.shape else None
+    r = _memo(simulate_vector, chip, fused, numel, dtype=gm_dtype, row_len=row_len,
+              name=f"{spec.name} (cost from its reference: {'+'.join(ops)})")
+    return KernelCost(name=f"{spec.name}:{node.module or node.name}", unit="vector", nodes=[n.name for n in nodes],
+                      fused_ops=[n.target for n in nodes if n.attrs.get("unit") != "free"], cycles=r.cycles,
+                      time_us=r.time_us, gm_bytes=r.gm_bytes, tile=dict(r.tile), reports=[r],
+                      resources=("AIV",) if chip.split_cores else ("AI Core",))
+
+
 def gemm_dims(graph, node) -> tuple[int, int, int, int]:
     """(batch, M, K, N) of a Cube custom op: its output is C, K gives the declared flops."""
     spec = spec_of(node.target)
@@ -283,9 +332,9 @@ def cost_custom(graph, nodes, node, chip, precision):
     if spec is None:
         raise CustomOpError(f"{node.target} was captured but is not registered in this process: run the "
                             "@custom_op definition before optimize")
-    if not spec.has_cost:
-        raise CustomOpError(no_cost_message(spec.name))
     args = _meta_args(graph, node)
+    if not spec.has_cost:
+        return _cost_from_reference(spec, graph, nodes, node, chip, args)
     label = f"{spec.name}:{node.module or node.name}"
     split = chip.split_cores
     resources = {"cube": ("AIC",), "vector": ("AIV",), "move": ("AIV",)}[spec.unit] if split else ("AI Core",)

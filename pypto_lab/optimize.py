@@ -17,6 +17,7 @@ reductions) and, at int8, `quantize_int8` run at every level.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,9 @@ LEVELS: dict[int, list[str]] = {
     3: ["map_ops", "decompose", *_FUSION, "layout", *_PRECISION, "tune_tiling", "schedule"],
 }
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+# the latest OptimizedModel made from each model (for calls that name the model, as the seed's
+# auto_tune(model, ...) does)
+LAST_OPTIMIZED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class OptimizeError(ValueError):
@@ -190,9 +194,22 @@ class OptimizedModel:
     cube_precision: str = ""           # the Cube precision the passes ran with (after CANN's rule)
     last_cpu_us: float = field(default=0.0, repr=False)
     _runtime: Any = field(default=None, repr=False)
+    _deferred: dict[str, Any] | None = field(default=None, repr=False)  # optimize(model) without inputs
 
     def report(self) -> Report:
+        if self._report is None:
+            raise OptimizeError("this model was optimised without example inputs, so nothing is captured yet: "
+                                "call it once on real inputs (optimized(x)), or pass example_inputs to optimize()")
         return self._report
+
+    def _optimize_now(self, args, kwargs) -> None:
+        """Capture and optimise on the first call's inputs (``optimize(model)`` without example inputs)."""
+        if kwargs:
+            raise OptimizeError(f"the first call of a model optimised without example inputs must pass its inputs "
+                                f"positionally (got keywords {', '.join(kwargs)}); or pass example_inputs to optimize()")
+        built = optimize(self.model, tuple(args), **self._deferred)
+        self.graph, self._report, self.cube_precision = built.graph, built._report, built.cube_precision
+        self._deferred = None
 
     @property
     def runtime(self):
@@ -206,18 +223,17 @@ class OptimizedModel:
         return self._runtime
 
     def __call__(self, *args, **kwargs):
-        import importlib
-        import importlib.util
         import time
 
+        if self._deferred is not None:
+            self._optimize_now(args, kwargs)
         start = time.perf_counter()
         out = self.runtime.run(args, kwargs)
         cpu_us = (time.perf_counter() - start) * 1e6
         self.last_cpu_us = cpu_us
-        prof = importlib.import_module("pypto_lab.profiler") if importlib.util.find_spec("pypto_lab.profiler") else None
-        hook = getattr(prof, "notify_run", None)
-        if hook:
-            hook(self, args, cpu_us)
+        import importlib
+
+        importlib.import_module("pypto_lab.profiler").notify_run(self, args, cpu_us)
         return out
 
 
@@ -226,12 +242,26 @@ def _batch_of(example_inputs) -> int:
     return int(first.shape[0]) if isinstance(first, torch.Tensor) and first.dim() else 1
 
 
-def optimize(model: torch.nn.Module, example_inputs, chip: str | Chip = "Ascend910A", level: int | None = None,
+def optimize(model: torch.nn.Module, example_inputs=None, chip: str | Chip = "Ascend910A", level: int | None = None,
              precision: str | None = None) -> OptimizedModel:
     """Capture ``model`` on ``example_inputs``, optimise it at ``level`` for ``chip`` and cost it.
 
     ``level`` and ``precision`` default to `set_optimization_options`' graph_optimization_level
-    and auto_mixed_precision (fp16 when on, fp32 when off)."""
+    and auto_mixed_precision (fp16 when on, fp32 when off). Without ``example_inputs`` (the seed
+    article's ``pypto.optimize(model)``), capture waits for the first call: ``optimized(x)``
+    optimises on ``x``'s shapes, then runs."""
+    if example_inputs is None:
+        if not isinstance(model, torch.nn.Module):
+            raise OptimizeError(f"optimize needs a torch.nn.Module, got {type(model).__name__}")
+        chip_obj = get_chip(chip)
+        if level is not None and (isinstance(level, bool) or level not in LEVELS):
+            raise OptimizeError(f"level {level!r} is not known; levels are 0, 1, 2, 3 (see pypto_lab.optimize.LEVELS)")
+        if precision is not None:
+            resolve_precision(chip_obj, precision)
+        lazy = OptimizedModel(model, None, None, chip=chip_obj,
+                              _deferred={"chip": chip_obj, "level": level, "precision": precision})
+        LAST_OPTIMIZED[model] = lazy
+        return lazy
     chip = get_chip(chip)
     if level is None:
         level = _OPTIONS["graph_optimization_level"]
@@ -259,4 +289,6 @@ def optimize(model: torch.nn.Module, example_inputs, chip: str | Chip = "Ascend9
     plan = memory_plan(optimized, precision=cube_precision, allocator=plan_allocator(level))
     report = Report(graph.model_name, chip.name, level, precision, _batch_of(example_inputs), kernels, steps,
                     fallbacks(optimized), plan, [note] if note else [], schedule)
-    return OptimizedModel(model, optimized, report, chip=chip, cube_precision=cube_precision)
+    result = OptimizedModel(model, optimized, report, chip=chip, cube_precision=cube_precision)
+    LAST_OPTIMIZED[model] = result
+    return result

@@ -684,5 +684,12 @@ def notify_run(optimized_model, inputs, cpu_time_us: float) -> None:
     prof._record(optimized_model, inputs, float(cpu_time_us))
 
 
-__all__ = ["ProfilerActivity", "ProfilerError", "ProfilerEvent", "KernelAverage", "KeyAverages", "profile",
+__all__ = ["AdvancedProfiler", "ProfilerActivity", "ProfilerError", "ProfilerEvent", "KernelAverage", "KeyAverages", "profile",
            "notify_run", "format_time", "format_memory", "SORT_KEYS", "KERNEL_DETAILS_COLUMNS"]
+
+
+# The seed article's name for a profile with stacks and memory (section 9.3):
+#   profiler = AdvancedProfiler(activities=[...], record_shapes=True, profile_memory=True, with_stack=True)
+#   with profiler: model(x)
+#   profiler.export_chrome_trace("trace.json")
+AdvancedProfiler = profile

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from numba import njit
 
 from .fileio import write_json_atomic
@@ -454,8 +455,17 @@ def auto_tune(optimized, tune_config: dict | None = None, cache_path: str | os.P
     from .passes.schedule import schedule_kernels
 
     cfg = _config(tune_config)
+    if isinstance(optimized, torch.nn.Module):  # the seed's auto_tune(model, ...): its latest optimize()
+        from .optimize import LAST_OPTIMIZED
+
+        latest = LAST_OPTIMIZED.get(optimized)
+        if latest is None or latest.graph is None:
+            raise TuneError(f"auto_tune got the {type(optimized).__name__} itself, and it has not been optimised "
+                            "(and run) yet: call om = pypto_lab.optimize(model, inputs) first, then auto_tune(model) "
+                            "or auto_tune(om)")
+        optimized = latest
     graph = getattr(optimized, "graph", None)
-    report = optimized.report() if hasattr(optimized, "report") else None
+    report = optimized.report() if getattr(optimized, "graph", None) is not None else None
     if graph is None or report is None:
         raise TuneError(f"auto_tune needs the result of pypto_lab.optimize(model, inputs, ...), got "
                         f"{type(optimized).__name__}; run om = pypto_lab.optimize(...) and pass om")

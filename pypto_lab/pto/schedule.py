@@ -1,0 +1,350 @@
+"""Stage 4 of the compiler, the Execute Graph: per core, the pipe instructions of its tasks
+(MTE2 loads, VECTOR / CUBE work, MTE1 / FIXP / MTE3 moves), with the set_flag/wait_flag
+dependencies between pipes and ping-pong buffer slots, in one `pypto_lab.hw.simulator.Program`.
+
+Costs come from the chip preset only: transfers from ``chip.data_path(...).occupancy`` (at the
+core's share of HBM / L2 bandwidth, `pypto_lab.hw.kernels.gm_rates`), vector instructions from
+``chip.vector.timing(instr, dtypes)`` (repeats of 256 B, at most ``max_repeats`` per
+instruction), mmad from the Cube's fractals. A group waits (a zero-cost SCALAR wait per core)
+for the groups whose GM results it reads; independent groups overlap.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+from ..hw.chip import PIPES, Chip
+from ..hw.kernels import emit_repeats, gm_rates
+from ..hw.simulator import PingPong, Program
+from .blocks import BlockGraph
+from .graph import REDUCTIONS
+from .tiling import TileGraph
+
+_BINARY = {"add": ("VADD",), "sub": ("VSUB",), "mul": ("VMUL",), "div": ("VDIV",), "maximum": ("VMAX",),
+           "minimum": ("VMIN",), "adds": ("VADDS",), "subs": ("VADDS",), "muls": ("VMULS",), "divs": ("VMULS",),
+           "rsubs": ("VMULS", "VADDS"), "rdivs": ("VREC", "VMULS"), "exp": ("VEXP",), "sqrt": ("VSQRT",),
+           "rsqrt": ("VRSQRT",), "reciprocal": ("VREC",), "neg": ("VMULS",), "abs": ("VABS",), "relu": ("VRELU",)}
+_REDUCE = {"amax": ("VMAX", "VCMAX"), "amin": ("VMIN", "VCMIN"), "sum": ("VADD", "VCADD")}
+
+
+class Emitter:
+    """A Program plus, per group, the last instruction of every (core, pipe) lane it used."""
+
+    def __init__(self):
+        self.prog = Program()
+        self.lane_last: dict[tuple, int] = {}
+        self.group_of: list[int] = []
+        self.group = -1
+        self.ub: dict[int, PingPong] = {}  # UB slots of each core: shared by the groups that run there
+
+    def ub_slots(self, core: int, slots: int) -> PingPong:
+        pp = self.ub.get(core)
+        if pp is None or pp.slots != slots:
+            pp = self.ub[core] = PingPong(slots)
+        return pp
+
+    def emit(self, core, pipe, cycles, kind, deps=(), latency=0.0) -> int:
+        i = self.prog.emit(core, pipe, cycles, kind, deps, latency)
+        self.lane_last[(core, pipe)] = i
+        self.group_of.append(self.group)
+        return i
+
+    def move(self, core, path, nbytes, kind, deps, rate_cap=None) -> int:
+        return self.emit(core, path.pipe, path.occupancy(nbytes, rate_cap), kind, deps, path.latency_cycles)
+
+    def repeats(self, core, chip, instr, timing, reps, deps) -> int:
+        last = None
+        pending = tuple(deps)
+        left = max(1, int(reps))
+        while left > 0:
+            r = min(left, chip.vector.max_repeats)
+            last = self.emit(core, "VECTOR", timing.cycles(r), instr, pending)
+            pending = ()
+            left -= r
+        return last
+
+
+@dataclass
+class ExecuteGraph:
+    program: Program
+    group_of: list[int]
+    chip: Chip
+    n_cores: int
+
+    def to_json(self) -> dict:
+        p = self.program
+        per_core: dict[int, list] = {}
+        for i in range(len(p)):
+            per_core.setdefault(p.core[i], []).append(
+                {"i": i, "pipe": PIPES[p.pipe[i]], "op": p.kinds[p.kind[i]], "cycles": round(p.duration[i], 3),
+                 "latency": round(p.latency[i], 3), "wait_for": list(p.deps[i]), "group": self.group_of[i]})
+        return {"stage": "execute_graph", "chip": self.chip.name, "instructions": len(p),
+                "cores": {str(c): v for c, v in sorted(per_core.items())}}
+
+
+def _dkey(dtype_lab: str) -> str:
+    return dtype_lab.upper()
+
+
+def _reps(chip, elems, nbytes) -> int:
+    return max(1, -(-int(elems * nbytes) // chip.vector.repeat_bytes))
+
+
+def _flush(em: Emitter, core: int, pending: list, hbm_share: float) -> None:
+    for nbytes in pending:
+        em.emit(core, "MTE2", nbytes / hbm_share, "HBM write-back")
+    pending.clear()
+
+
+def build_execute_graph(tg: TileGraph, bg: BlockGraph, chip: Chip, n_cores: int) -> ExecuteGraph:
+    em = Emitter()
+    group_lanes: list[dict] = []
+    for g, assign in zip(tg.groups, bg.assign):
+        em.group = g.id
+        em.lane_last = {}
+        dep_instrs = sorted({i for d in g.deps for i in group_lanes[d].values()})
+        barrier = {}
+        if dep_instrs:
+            for c in assign:
+                barrier[c] = em.emit(c, "SCALAR", 0.0, "wait for producer stage", dep_instrs)
+        if g.kind == "cube":
+            _emit_cube(em, g, assign, chip, barrier)
+        else:
+            _emit_vector(em, g, tg.graph, assign, chip, barrier)
+        group_lanes.append(dict(em.lane_last))
+    return ExecuteGraph(em.prog, em.group_of, chip, n_cores)
+
+
+# ---- vector / copy groups ---------------------------------------------------------------------
+
+def _task_tiles(g, task) -> list[tuple]:
+    """Extents of the tiles of one task (k of them: every tile along the reduced axes)."""
+    per_dim = []
+    for d, (S, T) in enumerate(zip(g.space, g.tile)):
+        if d in g.reduced:
+            per_dim.append([min(T, S - i * T) for i in range(g.counts[d])])
+        else:
+            per_dim.append([min(T, S - task[d] * T)])
+    return list(itertools.product(*per_dim))
+
+
+def _elems(spans, ext) -> int:
+    return math.prod(e for e, s in zip(ext, spans) if s)
+
+
+def _emit_vector(em: Emitter, g, graph, assign, chip: Chip, barrier: dict) -> None:
+    nodes = graph.nodes
+    p_in, p_out = chip.data_path("GM_TO_UB"), chip.data_path("UB_TO_GM")
+    reduced = g.reduced
+    last = len(g.space) - 1
+
+    def per_tile(t):
+        return any(g.spans[t][d] for d in reduced) or not reduced
+
+    def load_bytes(task):
+        tiles = _task_tiles(g, task)
+        tot = 0
+        for t in g.loads:
+            eb = nodes[t].dtype.bytes
+            if per_tile(t):
+                tot += sum(_elems(g.spans[t], e) for e in tiles) * eb
+            else:
+                tot += _elems(g.spans[t], tiles[0]) * eb
+        return tot
+
+    per_core_reads = {c: sum(load_bytes(t) for t in ts) for c, ts in assign.items()}
+    reads = sum(per_core_reads.values())
+    unique = sum(math.prod(nodes[t].shape) * nodes[t].dtype.bytes for t in g.loads)
+    active = max(1, len(assign))
+    rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, min(unique, reads), max(per_core_reads.values() or [0]), active)
+
+    for core, tasks in assign.items():
+        ub = em.ub_slots(core, g.slots)
+        pending: list = []
+        bdep = barrier.get(core)
+        for task in tasks:
+            tiles = _task_tiles(g, task)
+            k = len(tiles)
+            slot, free = ub.acquire()
+            ready: dict[int, list[int]] = {}
+            for t in g.loads:
+                eb = nodes[t].dtype.bytes
+                if per_tile(t):
+                    ready[t] = [em.move(core, p_in, _elems(g.spans[t], e) * eb, f"load %{t} GM->UB", (free, bdep),
+                                        rate_rd) for e in tiles]
+                else:
+                    i = em.move(core, p_in, _elems(g.spans[t], tiles[0]) * eb, f"load %{t} GM->UB", (free, bdep), rate_rd)
+                    ready[t] = [i] * k
+            _flush(em, core, pending, hbm_share)
+            for nid in g.nodes:
+                n = nodes[nid]
+                if n.op == "assemble":
+                    continue
+                ready[nid] = _emit_node(em, core, chip, g, n, nodes, tiles, ready, last)
+            st = None
+            for t, _root, _off in g.stores:
+                eb = nodes[t].dtype.bytes
+                if per_tile(t):
+                    for j, e in enumerate(tiles):
+                        nb = _elems(g.spans[t], e) * eb
+                        st = em.move(core, p_out, nb, f"store %{t} UB->GM", (ready[t][j],), rate_wr)
+                        pending.append(nb)
+                else:
+                    nb = _elems(g.spans[t], tiles[0]) * eb
+                    st = em.move(core, p_out, nb, f"store %{t} UB->GM", (ready[t][-1],), rate_wr)
+                    pending.append(nb)
+            ub.release(slot, st if st is not None else em.prog.__len__() - 1)
+        _flush(em, core, pending, hbm_share)
+
+
+def _emit_node(em: Emitter, core: int, chip: Chip, g, n, nodes, tiles, ready, last) -> list[int]:
+    op = n.op
+    k = len(tiles)
+    ins = [i for i in n.inputs]
+    if op in REDUCTIONS:
+        src = ins[0]
+        d = n.attrs["dim"]
+        dt = nodes[src].dtype
+        tree, cross = _REDUCE[op]
+        t_tree = chip.vector.timing(tree, _dkey(dt.lab))
+        t_cross = chip.vector.timing(cross, _dkey(dt.lab))
+        if g.space[d] == 1:
+            return list(ready[src])
+        outs = []
+        for j, e in enumerate(tiles):
+            el = _elems(g.spans[src], e)
+            v = em.repeats(core, chip, tree, t_tree, _reps(chip, el, dt.bytes), (ready[src][j],))
+            if d == last:
+                rows = max(1, el // max(1, e[last]))
+                v = em.emit(core, "VECTOR", t_cross.cycles(rows), cross, (v,))
+            outs.append(v)
+        if d in g.reduced and k > 1:
+            out_el = _elems(g.spans[n.id], tiles[0])
+            v = outs[0]
+            for j in range(1, k):
+                v = em.repeats(core, chip, tree, t_tree, _reps(chip, out_el, dt.bytes), (v, outs[j]))
+            return [v] * k
+        return outs
+    if op == "cast":
+        src_dt = nodes[ins[0]].dtype
+        timing = chip.vector.timing("VCONV", f"{_dkey(src_dt.lab)}_{_dkey(n.dtype.lab)}")
+        nb = max(src_dt.bytes, n.dtype.bytes)
+        return [em.repeats(core, chip, "VCONV", timing, _reps(chip, _elems(g.spans[n.id], e), nb), (ready[ins[0]][j],))
+                for j, e in enumerate(tiles)]
+    if op == "transpose":
+        key = "UINT32" if n.dtype.bytes == 4 else "UINT16"
+        timing = chip.vector.timing("VGATHER", f"{key}_{key}")
+        return [em.repeats(core, chip, "VGATHER", timing, _reps(chip, _elems(g.spans[n.id], e), n.dtype.bytes),
+                           (ready[ins[0]][j],)) for j, e in enumerate(tiles)]
+    instrs = _BINARY[op]
+    dk = _dkey(n.dtype.lab)
+    out = []
+    brcb = chip.vector.timing("VBRCB", "UINT16_UINT16" if n.dtype.bytes == 2 else "UINT32_UINT32")
+    for j, e in enumerate(tiles):
+        el = _elems(g.spans[n.id], e)
+        deps = tuple(ready[i][j] for i in ins)
+        # a row-broadcast operand (its last axis reduced to 1) is spread over the row first
+        for i in ins:
+            if g.spans[n.id][last] and not g.spans[i][last]:
+                rows = max(1, el // max(1, e[last]))
+                deps = (em.emit(core, "VECTOR", brcb.cycles(rows), "VBRCB", deps),)
+        v = None
+        for instr in instrs:
+            v = em.repeats(core, chip, instr, chip.vector.timing(instr, dk), _reps(chip, el, n.dtype.bytes), deps)
+            deps = (v,)
+        out.append(v)
+    return out
+
+
+# ---- cube groups --------------------------------------------------------------------------------
+
+def _emit_cube(em: Emitter, g, assign, chip: Chip, barrier: dict) -> None:
+    from ..hw.chip import DTYPE_BYTES
+    from ..hw.tiling import cube_fractal
+
+    tile, plan = g.cube_tile, g.plan
+    eb, ob = DTYPE_BYTES[g.in_dtype], DTYPE_BYTES[g.out_dtype]
+    acc_dt = chip.cube.accumulator[g.in_dtype]
+    acc_b = DTYPE_BYTES[acc_dt]
+    m0, k0, n0 = cube_fractal(chip, g.in_dtype)
+    p_l1, p_l0a, p_l0b = chip.data_path("GM_TO_L1"), chip.data_path("L1_TO_L0A"), chip.data_path("L1_TO_L0B")
+    m, k, n = g.m, g.kk, g.n
+    k_steps = -(-k // tile.k_l1)
+
+    def dims(task):
+        _, i, j = task
+        return min(tile.m_l1, m - i * tile.m_l1), min(tile.n_l1, n - j * tile.n_l1)
+
+    def block_reads(task):
+        bm, bn = dims(task)
+        subs = -(-bm // tile.m_l0) * -(-bn // tile.n_l0)
+        return (subs if k_steps > 1 else 1) * (bm + bn) * k * eb
+
+    per_core = {c: sum(block_reads(t) for t in ts) for c, ts in assign.items()}
+    reads = sum(per_core.values())
+    unique = g.batch * (m * k + k * n) * eb
+    rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, min(unique, reads), max(per_core.values()), max(1, len(assign)))
+    for core, tasks in assign.items():
+        l1, l0a, l0b, l0c = (PingPong(plan.slots[b]) for b in ("L1", "L0A", "L0B", "L0C"))
+        ub = PingPong(2)
+        pending: list = []
+        bdep = barrier.get(core)
+        for task in tasks:
+            bm, bn = dims(task)
+            subs = [(min(tile.m_l0, bm - i), min(tile.n_l0, bn - j))
+                    for i in range(0, bm, tile.m_l0) for j in range(0, bn, tile.n_l0)]
+            resident = None
+            for sm, sn in subs:
+                c_slot, c_free = l0c.acquire()
+                first, last_mm = True, None
+                for ks in range(k_steps):
+                    kl1 = min(tile.k_l1, k - ks * tile.k_l1)
+                    if resident is not None and k_steps == 1:
+                        panel, slot = resident
+                    else:
+                        slot, free = l1.acquire()
+                        la = em.move(core, p_l1, bm * kl1 * eb, "load A GM->L1", (free, bdep), rate_rd)
+                        lb = em.move(core, p_l1, kl1 * bn * eb, "load B GM->L1", (free, bdep), rate_rd)
+                        _flush(em, core, pending, hbm_share)
+                        panel = max(la, lb)
+                        resident = (panel, slot)
+                    reader = None
+                    for kk in range(0, kl1, tile.k_l0):
+                        kl0 = min(tile.k_l0, kl1 - kk)
+                        a_slot, a_free = l0a.acquire()
+                        b_slot, b_free = l0b.acquire()
+                        ma = em.move(core, p_l0a, sm * kl0 * eb, "load A L1->L0A", (panel, a_free))
+                        mb = em.move(core, p_l0b, kl0 * sn * eb, "load B L1->L0B", (panel, b_free))
+                        fr = -(-sm // m0) * -(-kl0 // k0) * -(-sn // n0)
+                        mm = em.emit(core, "CUBE", chip.cube.startup_cycles + fr, "mmad",
+                                     (ma, mb, c_free if first else None))
+                        first = False
+                        l0a.release(a_slot, mm)
+                        l0b.release(b_slot, mm)
+                        reader, last_mm = mb, mm
+                    l1.release(slot, reader)
+                out_bytes = sm * sn * ob
+                if chip.split_cores:
+                    fix = em.move(core, chip.data_path("L0C_TO_GM"), out_bytes, "fixpipe L0C->GM", (last_mm,), rate_wr)
+                    l0c.release(c_slot, fix)
+                else:
+                    u_slot, u_free = ub.acquire()
+                    dr = em.move(core, chip.data_path("L0C_TO_UB"), sm * sn * acc_b, "L0C->UB", (last_mm, u_free))
+                    l0c.release(c_slot, dr)
+                    v = dr
+                    if g.out_dtype != acc_dt:
+                        t = chip.vector.timing("VCONV", f"{acc_dt.upper()}_{g.out_dtype.upper()}")
+                        v = emit_repeats_em(em, core, chip, t, _reps(chip, sm * sn, acc_b), (dr,))
+                    st = em.move(core, chip.data_path("UB_TO_GM"), out_bytes, "store C UB->GM", (v,), rate_wr)
+                    ub.release(u_slot, st)
+                pending.append(out_bytes)
+        _flush(em, core, pending, hbm_share)
+
+
+def emit_repeats_em(em: Emitter, core, chip, timing, reps, deps) -> int:
+    return em.repeats(core, chip, "VCONV", timing, reps, deps)
+
+
+__all__ = ["ExecuteGraph", "build_execute_graph", "emit_repeats"]

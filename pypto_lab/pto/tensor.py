@@ -1,0 +1,346 @@
+"""The traced tensor: ``pypto.Tensor`` as an annotation (``Tensor[...]``, ``Tensor(shape, dtype)``)
+and as the proxy value a kernel computes with while it is traced (operators, slicing, slice
+assignment, ``move``), plus the trace context that records every operation into the Tensor Graph.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+from . import config
+from .dtypes import DYNAMIC, DataType, SymbolicDim, as_dtype, dim_value
+from .errors import DTypeError, ShapeError, TraceError, UnwrittenOutputError
+from .graph import TensorGraph
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _where() -> str:
+    """file:line of the user code that called into the tracer."""
+    f = sys._getframe(2)
+    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == _PKG_DIR:
+        f = f.f_back
+    if f is None:
+        return ""
+    return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
+
+
+class Trace:
+    """Records one kernel call into a `TensorGraph` (the state of `pypto.jit` while it traces)."""
+
+    def __init__(self, name: str, chip):
+        self.graph = TensorGraph(name)
+        self.chip = chip
+        self.loops: list[str] = []
+        self.events: list[tuple] = []   # ("r"|"w", root, offsets, shape, node id, where) for GM roots
+
+    def new(self, op, inputs, shape, dtype, attrs=None, vec=False, cube=False) -> Tensor:
+        st = config.STATE
+        node = self.graph.add(op, inputs, shape, dtype, attrs, st.vec_tile if vec else None,
+                              st.cube_tile if cube else None, "/".join(self.loops), _where())
+        return Tensor._bound(self, node.id)
+
+    def node(self, tid: int):
+        return self.graph.nodes[tid]
+
+    # ---- GM regions: which kernel argument (or pypto.tensor) a tensor is a window of ----
+    def gm_region(self, tid: int):
+        """(root id, offsets) if tensor ``tid`` is a parameter / allocated tensor or a view of one."""
+        n = self.graph.nodes[tid]
+        if n.op in ("param", "alloc"):
+            return tid, (0,) * len(n.shape)
+        if n.op == "view" and "root" in n.attrs:
+            return n.attrs["root"], n.attrs["root_offsets"]
+        return None
+
+    def note_read(self, tid: int, node_id: int) -> None:
+        reg = self.gm_region(tid)
+        if reg is not None and self.graph.nodes[tid].op != "view_pending":
+            self.events.append(("r", reg[0], reg[1], self.graph.nodes[tid].shape, node_id, self.graph.nodes[node_id].where))
+
+    def note_write(self, root: int, offsets, shape, node_id: int) -> None:
+        self.events.append(("w", root, tuple(offsets), tuple(shape), node_id, self.graph.nodes[node_id].where))
+
+    def check_outputs(self) -> None:
+        """An output (a tensor the kernel writes) must not be read where it has not been written yet."""
+        written_roots = {e[1] for e in self.events if e[0] == "w"}
+        masks: dict[int, np.ndarray] = {}
+        for kind, root, offsets, shape, node_id, where in self.events:
+            if root not in written_roots:
+                continue
+            rn = self.graph.nodes[root]
+            mask = masks.get(root)
+            if mask is None:
+                mask = masks[root] = np.zeros(rn.shape, bool)
+            sl = tuple(slice(o, o + s) for o, s in zip(offsets, shape))
+            if kind == "w":
+                mask[sl] = True
+            elif not mask[sl].all():
+                name = rn.attrs.get("name") or f"tensor {root}"
+                reader = self.graph.nodes[node_id]
+                raise UnwrittenOutputError(
+                    f"{name} (shape {rn.shape}) is an output of the kernel (it is written at "
+                    f"{self._first_write(root)}) but {reader.op} at {where or '?'} reads its region "
+                    f"offsets {list(offsets)} shape {list(shape)} before that region is written. Rule: an output "
+                    "holds no data until the kernel writes it. Fix: compute from the inputs (or an intermediate "
+                    "tensor) instead; to update a tensor in place, pass the old values as a separate input")
+
+    def _first_write(self, root: int) -> str:
+        for e in self.events:
+            if e[0] == "w" and e[1] == root:
+                return e[5] or "?"
+        return "?"
+
+
+def _ops():
+    from . import ops
+    return ops
+
+
+def current_trace(what: str = "this operation") -> Trace:
+    tr = config.STATE.trace
+    if tr is None:
+        raise TraceError(f"{what} needs a kernel being traced: call it inside a function decorated with "
+                         "@pypto.jit or @pypto.frontend.jit, and call that function with torch tensors")
+    return tr
+
+
+def _resolve_shape(shape) -> tuple | None:
+    if shape is None:
+        return None
+    return tuple(dim_value(d) for d in shape)
+
+
+class Tensor:
+    """``pypto.Tensor``: an annotation (``Tensor[...]``, ``Tensor[[shape], dtype]``,
+    ``Tensor(shape, dtype)``) or, inside a traced kernel, a value of the Tensor Graph."""
+
+    __slots__ = ("spec_shape", "spec_dtype", "name", "format", "_trace", "_id")
+
+    def __init__(self, shape=None, dtype=None, name: str = "", format=None):
+        self.spec_shape = None if shape is None or shape is Ellipsis else tuple(shape)
+        self.spec_dtype = None if dtype is None else as_dtype(dtype)
+        self.name = name
+        self.format = format
+        self._trace = None
+        self._id = None
+
+    def __class_getitem__(cls, item):
+        if item is Ellipsis:
+            return cls()
+        if isinstance(item, tuple):
+            if len(item) == 2 and isinstance(item[0], (list, tuple)):
+                return cls(item[0], item[1])
+            if len(item) == 2 and isinstance(item[1], (DataType,)) and item[0] is Ellipsis:
+                return cls(None, item[1])
+            return cls(item)
+        if isinstance(item, list):
+            return cls(item)
+        if isinstance(item, DataType):
+            return cls(None, item)
+        raise TraceError(f"pypto.Tensor[{item!r}]: write Tensor[...], Tensor[[shape], dtype] or Tensor(shape, dtype)")
+
+    @classmethod
+    def _bound(cls, trace: Trace, tid: int) -> Tensor:
+        t = cls.__new__(cls)
+        t.spec_shape = t.spec_dtype = t.format = None
+        t.name = ""
+        t._trace, t._id = trace, tid
+        return t
+
+    # ---- description ----
+    @property
+    def is_bound(self) -> bool:
+        return self._trace is not None
+
+    def _node(self):
+        if self._trace is None:
+            raise TraceError("this pypto.Tensor is an annotation, not a value: it has no data to compute with. "
+                             "Use the kernel's arguments (or pypto.tensor(...) inside the kernel) instead")
+        return self._trace.graph.nodes[self._id]
+
+    @property
+    def shape(self) -> list[int]:
+        if self._trace is None:
+            s = _resolve_shape(self.spec_shape)
+            return None if s is None else list(s)
+        return list(self._node().shape)
+
+    @property
+    def dtype(self) -> DataType:
+        return self.spec_dtype if self._trace is None else self._node().dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def dim(self) -> int:
+        return self.ndim
+
+    def numel(self) -> int:
+        return int(np.prod(self.shape))
+
+    def __repr__(self) -> str:
+        if self._trace is None:
+            shape = "..." if self.spec_shape is None else list(self.spec_shape)
+            return f"pypto.Tensor({shape}, {self.spec_dtype})"
+        n = self._node()
+        return f"<pypto.Tensor %{n.id} {n.op} {list(n.shape)} {n.dtype}>"
+
+    def __bool__(self):
+        raise TraceError("a pypto.Tensor has no truth value while the kernel is traced (its data exists only "
+                         "on the device); branch on loop indices or Python values instead")
+
+    def __len__(self):
+        return self.shape[0]
+
+    # ---- slicing ----
+    def _parse_key(self, key):
+        shape = self.shape
+        if not isinstance(key, tuple):
+            key = (key,)
+        n_ell = sum(1 for k in key if k is Ellipsis)
+        if n_ell > 1:
+            raise TraceError("an index may hold at most one '...'")
+        if n_ell:
+            i = next(j for j, k in enumerate(key) if k is Ellipsis)
+            fill = len(shape) - (len(key) - 1)
+            key = key[:i] + (slice(None),) * fill + key[i + 1:]
+        if len(key) > len(shape):
+            raise ShapeError(f"index {key!r} has {len(key)} entries for a tensor of rank {len(shape)} (shape {shape})")
+        key = key + (slice(None),) * (len(shape) - len(key))
+        offsets, sizes, drop, explicit = [], [], [], []
+        for d, (k, n) in enumerate(zip(key, shape)):
+            if isinstance(k, slice):
+                if k.step not in (None, 1):
+                    raise TraceError(f"slice step {k.step} on dimension {d}: only contiguous slices (step 1) are views")
+                start = 0 if k.start is None else int(k.start)
+                stop = n if k.stop is None else int(k.stop)
+                start = start + n if start < 0 else start
+                stop = stop + n if stop < 0 else min(stop, n)
+                if not 0 <= start < n or stop <= start:
+                    raise ShapeError(f"slice {start}:{stop} of dimension {d} (size {n}) is empty or out of range; "
+                                     f"indices must satisfy 0 <= start < stop <= {n}")
+                offsets.append(start)
+                sizes.append(stop - start)
+                explicit.append(k.stop is not None)
+            else:
+                try:
+                    i = int(k)
+                except TypeError:
+                    raise TraceError(f"index {k!r} on dimension {d}: use ints, slices or '...'") from None
+                i = i + n if i < 0 else i
+                if not 0 <= i < n:
+                    raise ShapeError(f"index {i} on dimension {d} is out of range for size {n}")
+                offsets.append(i)
+                sizes.append(1)
+                drop.append(d)
+                explicit.append(True)
+        return offsets, sizes, drop, explicit
+
+    def __getitem__(self, key):
+        from . import ops
+        offsets, sizes, drop, _ = self._parse_key(key)
+        v = ops.view(self, sizes, offsets)
+        if drop:
+            v = ops.reshape(v, [s for d, s in enumerate(sizes) if d not in drop])
+        return v
+
+    def __setitem__(self, key, value):
+        from . import ops
+        if not isinstance(value, Tensor):
+            raise TraceError(f"slice assignment of {type(value).__name__} {value!r}: assign a pypto.Tensor "
+                             "(e.g. out[:] = x + y)")
+        offsets, sizes, drop, explicit = self._parse_key(key)
+        vshape = list(value.shape)
+        if drop and len(vshape) == len(sizes) - len(drop):
+            vshape = list(vshape)
+            for d in drop:
+                vshape.insert(d, 1)
+            value = ops.reshape(value, vshape)
+        if len(vshape) != len(sizes):
+            raise ShapeError(f"assigning a tensor of shape {list(value.shape)} to a slice of rank {len(sizes)} "
+                             f"(destination shape {self.shape}): ranks must agree")
+        for d, (vs, s) in enumerate(zip(vshape, sizes)):
+            if vs > s:
+                raise ShapeError(f"assigning shape {vshape} at offsets {offsets} of a tensor of shape {self.shape}: "
+                                 f"dimension {d} needs {vs} elements, the slice has {s}. Fix the slice or the value")
+        ops.assemble(value, offsets, self)
+
+    def move(self, src: Tensor) -> None:
+        """``out.move(x)``: write all of ``x`` into ``out`` (same shape)."""
+        from . import ops
+        if list(src.shape) != list(self.shape):
+            raise ShapeError(f"move: source shape {list(src.shape)} differs from destination shape {self.shape}; "
+                             "shapes must be equal (slice the destination: out[a:b, ...] = x)")
+        ops.assemble(src, [0] * len(self.shape), self)
+
+    # ---- arithmetic ----
+    def __add__(self, o):
+        return _ops().add(self, o)
+    def __radd__(self, o):
+        return _ops().add(o, self)
+    def __sub__(self, o):
+        return _ops().sub(self, o)
+    def __rsub__(self, o):
+        return _ops().sub(o, self)
+    def __mul__(self, o):
+        return _ops().mul(self, o)
+    def __rmul__(self, o):
+        return _ops().mul(o, self)
+    def __truediv__(self, o):
+        return _ops().div(self, o)
+    def __rtruediv__(self, o):
+        return _ops().div(o, self)
+    def __neg__(self):
+        return _ops().neg(self)
+    def __matmul__(self, o):
+        return _ops().matmul(self, o, self.dtype)
+
+    # ---- methods mirroring the functions ----
+    def exp(self):
+        return _ops().exp(self)
+    def sqrt(self):
+        return _ops().sqrt(self)
+    def rsqrt(self):
+        return _ops().rsqrt(self)
+    def abs(self):
+        return _ops().abs(self)
+    def sum(self, dim=-1, keepdim=False):
+        return _ops().sum(self, dim, keepdim)
+    def amax(self, dim=-1, keepdim=False):
+        return _ops().amax(self, dim, keepdim)
+    def amin(self, dim=-1, keepdim=False):
+        return _ops().amin(self, dim, keepdim)
+    def transpose(self, dim0=-2, dim1=-1):
+        return _ops().transpose(self, dim0, dim1)
+    def reshape(self, *shape):
+        return _ops().reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (list, tuple)) else shape)
+    def view(self, shape=None, offsets=None):
+        return _ops().view(self, shape, offsets)
+    def cast(self, dtype):
+        return _ops().cast(self, dtype)
+
+
+def spec_matches(spec: Tensor, shape, dtype: DataType) -> str | None:
+    """Why a torch argument does not match its annotation (None if it does)."""
+    if spec.spec_dtype is not None and spec.spec_dtype is not dtype:
+        return f"dtype {dtype!r}, annotated {spec.spec_dtype!r}"
+    if spec.spec_shape is not None:
+        if len(spec.spec_shape) != len(shape):
+            return f"rank {len(shape)} (shape {list(shape)}), annotated rank {len(spec.spec_shape)} {list(spec.spec_shape)}"
+        for d, (a, s) in enumerate(zip(spec.spec_shape, shape)):
+            if a is DYNAMIC or isinstance(a, SymbolicDim):
+                continue
+            if int(a) != int(s):
+                return f"size {s} on dimension {d}, annotated {a}"
+    return None
+
+
+def check_dtype_same(op: str, a: Tensor, b: Tensor) -> None:
+    if a.dtype is not b.dtype:
+        raise DTypeError(f"{op}: operands have dtypes {a.dtype!r} and {b.dtype!r}; the rule: vector operands share "
+                         f"one dtype. Fix: pypto.cast(x, {a.dtype!r}) the other operand first")

@@ -1,0 +1,345 @@
+"""Stage 2 of the compiler, the Tile Graph: the Tensor Graph cut into groups of operations that
+run tile by tile, and the legality of their tile shapes on the chip.
+
+* A **vector group** is a chain of vector operations that share a tile shape and an iteration
+  space: they run on one tile after another without leaving UB (element-wise fusion within the
+  kernel). Tensors that come from GM are loaded tile by tile (MTE2); results leave UB (MTE3)
+  when they are written to an output, or to a GM workspace when an operation outside the group
+  needs them. A reduction along an axis makes a group's unit of work (a *task*) span that whole
+  axis: the task keeps its tiles in UB, reduces them, and combines the partial results.
+* A **cube group** is one matmul, split by the cube tile shape into ``m_l1 x n_l1`` blocks
+  (L1 panels of ``k_l1``, L0 steps of ``k_l0``), as `pypto_lab.hw.tiling.plan_cube` checks.
+* A **copy group** moves a GM tensor into an output (``out[:] = x``): MTE2 then MTE3.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..hw.chip import Chip
+from ..hw.tiling import CubeTile, TilingError, cube_fractal, cube_tile_bytes, default_cube_tile, plan_cube
+from .dtypes import DataType
+from .errors import DTypeError, TileAlignmentError, TileCapacityError, TileShapeError
+from .graph import ELEMENTWISE, REDUCTIONS, TensorGraph
+from .ops import suggest_vec_tile
+
+
+def _a32(n: float) -> int:
+    return int(-(-n // 32) * 32)
+
+
+def check_cube_tile(chip: Chip, tile: CubeTile, dtype: DataType, m: int, k: int, n: int, what: str):
+    """The rules of a cube tile shape for a matmul of ``m x k x n`` in ``dtype`` on ``chip``."""
+    lab = dtype.lab
+    try:
+        cube_fractal(chip, lab)
+    except TilingError as e:
+        raise DTypeError(f"{what}: {e}") from None
+    align = 16 if lab == "fp32" else 32 // dtype.bytes
+    for name, value in tile.to_dict().items():
+        if value % align:
+            fix = -(-value // align) * align
+            raise TileAlignmentError(
+                f"{what}: cube tile {name} = {value} is not a multiple of {align} elements. Rule: cube tile sizes are "
+                f"multiples of the {align}-element fractal side for {dtype!r} (32-byte aligned rows). Fix: {name} = {fix}")
+    fields = tile.to_dict()
+    for dim in ("m", "k", "n"):
+        l0, l1 = fields[f"{dim}_l0"], fields[f"{dim}_l1"]
+        if l0 > l1 or l1 % l0:
+            raise TileShapeError(
+                f"{what}: cube tile [{dim}_l0, {dim}_l1] = [{l0}, {l1}]. Rule: {dim}_l1 is a multiple of {dim}_l0 "
+                f"(L1 holds whole L0 tiles). Fix: [{dim}_l0, {dim}_l1] = [{l0}, {max(l0, -(-l1 // l0) * l0)}]")
+    need = cube_tile_bytes(tile, lab, chip)
+    formulas = {
+        "L0A": f"m_l0 x k_l0 = {tile.m_l0} x {tile.k_l0} x {dtype.bytes} B",
+        "L0B": f"k_l0 x n_l0 = {tile.k_l0} x {tile.n_l0} x {dtype.bytes} B",
+        "L0C": f"m_l0 x n_l0 = {tile.m_l0} x {tile.n_l0} accumulators of {chip.cube.accumulator[lab]}",
+        "L1": f"(m_l1 + n_l1) x k_l1 = ({tile.m_l1} + {tile.n_l1}) x {tile.k_l1} x {dtype.bytes} B",
+    }
+    for buf in ("L0A", "L0B", "L0C", "L1"):
+        cap = chip.buffer(buf).size_bytes
+        if need[buf] > cap:
+            try:
+                fit = default_cube_tile(chip, m, k, n, lab).as_pypto()
+                hint = f"pypto.set_cube_tile_shapes({fit[0]}, {fit[1]}, {fit[2]})"
+            except TilingError:
+                hint = "smaller tiles on every dimension"
+            raise TileCapacityError(
+                f"{what}: cube tile {list(tile.as_pypto())} needs {need[buf]} bytes of {buf} ({formulas[buf]}), "
+                f"{buf} holds {cap} bytes on {chip.name}. Rule: one tile of each operand must fit its buffer. "
+                f"Fix: a tiling that fits: {hint}")
+
+
+@dataclass
+class Group:
+    id: int
+    kind: str                                   # "vector", "copy", "cube"
+    nodes: list[int] = field(default_factory=list)
+    deps: set[int] = field(default_factory=set)  # groups whose GM results this one reads
+    # vector / copy
+    space: tuple = ()
+    raw_tile: tuple = ()
+    tile: tuple = ()
+    reduced: set[int] = field(default_factory=set)
+    loads: list[int] = field(default_factory=list)
+    stores: list[tuple] = field(default_factory=list)  # (tensor id, root id or None, root offsets)
+    spans: dict[int, tuple] = field(default_factory=dict)
+    closed: bool = False
+    counts: tuple = ()
+    k: int = 1
+    n_tasks: int = 0
+    ub_bytes: int = 0
+    slots: int = 1
+    # cube
+    batch: int = 1
+    m: int = 0
+    kk: int = 0
+    n: int = 0
+    cube_tile: CubeTile | None = None
+    plan: object = None
+    in_dtype: str = ""
+    out_dtype: str = ""
+    dst: tuple | None = None
+
+    def label(self, graph: TensorGraph) -> str:
+        return "+".join(graph.nodes[i].op for i in self.nodes) or self.kind
+
+    def to_json(self, graph: TensorGraph) -> dict:
+        d = {"id": self.id, "kind": self.kind, "ops": [graph.nodes[i].op for i in self.nodes], "nodes": self.nodes,
+             "deps": sorted(self.deps)}
+        if self.kind == "cube":
+            d.update({"batch": self.batch, "m": self.m, "k": self.kk, "n": self.n, "dtype": self.in_dtype,
+                      "out_dtype": self.out_dtype, "cube_tile": [list(x) for x in self.cube_tile.as_pypto()],
+                      "blocks": self.n_tasks, "buffer_bytes": self.plan.buffer_peak(), "slots": dict(self.plan.slots)})
+        else:
+            d.update({"space": list(self.space), "vec_tile": list(self.tile), "reduced_axes": sorted(self.reduced),
+                      "tiles_per_dim": list(self.counts), "tiles_per_task": self.k, "tasks": self.n_tasks,
+                      "tiles": self.k * self.n_tasks, "loads": self.loads,
+                      "stores": [{"tensor": t, "into": r, "offsets": list(o) if o else None} for t, r, o in self.stores],
+                      "ub_bytes_per_task": self.ub_bytes, "ub_slots": self.slots})
+        return d
+
+
+@dataclass
+class TileGraph:
+    groups: list[Group]
+    graph: TensorGraph
+
+    def to_json(self) -> dict:
+        return {"stage": "tile_graph", "groups": [g.to_json(self.graph) for g in self.groups]}
+
+
+def _pad(shape, rank):
+    return (1,) * (rank - len(shape)) + tuple(shape)
+
+
+def build_tile_graph(graph: TensorGraph, chip: Chip, double_buffer: bool = True) -> TileGraph:
+    nodes = graph.nodes
+    groups: list[Group] = []
+    loc: dict[int, object] = {}          # tensor id -> "gm" or a vector group id (value held in UB)
+    gm_writer: dict[int, int] = {}       # workspace tensor -> group that wrote it
+    root_writers: dict[int, set] = {}    # param/alloc -> groups that wrote into it
+    cube_of: dict[int, Group] = {}
+    cur: Group | None = None
+
+    def writers(tid: int) -> set:
+        n = nodes[tid]
+        if n.op in ("param", "alloc"):
+            return set(root_writers.get(tid, ()))
+        if tid in gm_writer:
+            return {gm_writer[tid]}
+        if n.op in ("view", "reshape"):
+            return writers(n.inputs[0])
+        return set()
+
+    def materialise(tid: int) -> None:
+        g = loc.get(tid)
+        if isinstance(g, int):
+            groups[g].stores.append((tid, None, None))
+            gm_writer[tid] = g
+            loc[tid] = "gm"
+
+    def new_group(kind, space, raw_tile) -> Group:
+        g = Group(len(groups), kind, space=tuple(space), raw_tile=tuple(raw_tile or ()))
+        groups.append(g)
+        return g
+
+    def spans_of(shape, space):
+        shape = _pad(shape, len(space))
+        return tuple(s == S and S > 1 for s, S in zip(shape, space))
+
+    def compatible(shape, space) -> bool:
+        if len(shape) != len(space):
+            return False
+        return all(s == S or s == 1 for s, S in zip(shape, space))
+
+    for n in nodes:
+        op = n.op
+        if op in ("param", "alloc"):
+            loc[n.id] = "gm"
+        elif op in ("view", "reshape"):
+            materialise(n.inputs[0])
+            loc[n.id] = "gm"
+        elif op == "matmul":
+            if cur is not None:
+                cur.closed = True
+            for i in n.inputs:
+                materialise(i)
+            g = Group(len(groups), "cube", [n.id])
+            groups.append(g)
+            for i in n.inputs:
+                g.deps |= writers(i)
+            a = n.attrs
+            g.m, g.kk, g.n = a["m"], a["k"], a["n"]
+            g.batch = math.prod(n.shape[:-2]) if len(n.shape) > 2 else 1
+            g.cube_tile = n.cube_tile
+            g.in_dtype = nodes[n.inputs[0]].dtype.lab
+            g.out_dtype = n.dtype.lab
+            try:
+                g.plan = plan_cube(chip, n.cube_tile, g.in_dtype, g.m, g.kk, g.n, double_buffer)
+            except TilingError as e:  # check_cube_tile ran at trace time; this is a safety net
+                raise TileShapeError(str(e)) from None
+            loc[n.id] = "gm"
+            gm_writer[n.id] = g.id
+            cube_of[n.id] = g
+        elif op == "assemble":
+            src, root, roff = n.inputs[0], n.attrs["root"], n.attrs["root_offsets"]
+            where = loc.get(src)
+            if isinstance(where, int):
+                groups[where].stores.append((src, root, roff))
+                root_writers.setdefault(root, set()).add(where)
+            elif src in cube_of and cube_of[src].dst is None:
+                g = cube_of[src]
+                g.dst = (root, roff)
+                root_writers.setdefault(root, set()).add(g.id)
+            else:
+                if cur is not None:
+                    cur.closed = True
+                shape = nodes[src].shape
+                tile = n.vec_tile if n.vec_tile and len(n.vec_tile) == len(shape) else suggest_vec_tile(shape, n.dtype)
+                g = new_group("copy", shape, tile)
+                g.nodes = [n.id]
+                g.loads = [src]
+                g.spans[src] = spans_of(shape, shape)
+                g.deps |= writers(src)
+                g.stores.append((src, root, roff))
+                g.closed = True
+                root_writers.setdefault(root, set()).add(g.id)
+        elif op in ELEMENTWISE or op in REDUCTIONS or op == "transpose":
+            ref = nodes[n.inputs[0]].shape if (op in REDUCTIONS or op == "transpose") else n.shape
+            join = (cur is not None and not cur.closed and op != "transpose" and n.vec_tile == cur.raw_tile
+                    and compatible(ref, cur.space) and (op not in REDUCTIONS or tuple(ref) == cur.space))
+            if join and op not in REDUCTIONS:
+                join = compatible(n.shape, cur.space)
+            # fusion follows the data: an op joins the group only if it consumes a value the group holds in UB
+            if join:
+                join = any(loc.get(i) == cur.id for i in n.inputs)
+            if not join:
+                if cur is not None:
+                    cur.closed = True
+                cur = new_group("vector", ref, n.vec_tile)
+            g = cur
+            for i in n.inputs:
+                if loc.get(i) != g.id:
+                    materialise(i)
+                    if i not in g.loads:
+                        g.loads.append(i)
+                        g.spans[i] = spans_of(nodes[i].shape, g.space)
+                        g.deps |= writers(i)
+            g.nodes.append(n.id)
+            if op in REDUCTIONS:
+                d = n.attrs["dim"]
+                if g.space[d] > 1:
+                    g.reduced.add(d)
+                sp = list(g.spans[n.inputs[0]])
+                sp[d] = False
+                g.spans[n.id] = tuple(sp)
+            elif op == "transpose":
+                g.spans[n.id] = spans_of(g.space, g.space)
+                g.closed = True
+            else:
+                g.spans[n.id] = spans_of(n.shape, g.space)
+            loc[n.id] = g.id
+        else:
+            raise TileShapeError(f"internal: no tiling rule for operation {op!r}")
+
+    # returned tensors that stay in UB must be stored
+    for r in graph.returns:
+        materialise(r)
+
+    for g in groups:
+        if g.kind == "cube":
+            t = g.cube_tile
+            g.n_tasks = g.batch * -(-g.m // t.m_l1) * -(-g.n // t.n_l1)
+            continue
+        _finish_vector_group(g, graph, chip, double_buffer)
+    return TileGraph(groups, graph)
+
+
+def _task_bytes(g: Group, graph: TensorGraph, tile) -> tuple[int, int]:
+    """UB bytes one task needs (peak over the group's program) and the number of live tensors then."""
+    task_ext = [g.space[d] if d in g.reduced else tile[d] for d in range(len(g.space))]
+    nodes = graph.nodes
+
+    def nbytes(tid):
+        e = math.prod(x for x, s in zip(task_ext, g.spans[tid]) if s)
+        dt = nodes[tid].dtype
+        return _a32(e * dt.bytes)
+
+    order = g.nodes
+    pos = {tid: i + 1 for i, tid in enumerate(order)}
+    last_use = {}
+    for i, tid in enumerate(order):
+        for j in nodes[tid].inputs:
+            last_use[j] = i + 1
+    end = len(order) + 1
+    for tid, _, _ in g.stores:
+        last_use[tid] = end
+    live_from = {t: 0 for t in g.loads}
+    live_from.update({t: pos[t] for t in order if nodes[t].op != "assemble"})
+    peak = count = 0
+    for p in range(end + 1):
+        live = [t for t, s in live_from.items() if s <= p <= last_use.get(t, s)]
+        total = sum(nbytes(t) for t in live)
+        if total > peak:
+            peak, count = total, len(live)
+    return peak, count
+
+
+def _finish_vector_group(g: Group, graph: TensorGraph, chip: Chip, double_buffer: bool) -> None:
+    space = g.space
+    g.tile = tuple(min(t, s) for t, s in zip(g.raw_tile, space))
+    g.counts = tuple(-(-s // t) for s, t in zip(space, g.tile))
+    g.k = math.prod(c for d, c in enumerate(g.counts) if d in g.reduced)
+    g.n_tasks = math.prod(c for d, c in enumerate(g.counts) if d not in g.reduced)
+    cap = chip.buffer("UB").size_bytes
+    need, live = _task_bytes(g, graph, g.tile)
+    if need > cap:
+        fit = _fit_tile(g, graph, cap)
+        what = g.label(graph)
+        red = (f"; a task spans the whole reduced axis {sorted(g.reduced)} ({g.k} tiles kept in UB)" if g.reduced else "")
+        fix = f"pypto.set_vec_tile_shapes{fit}" if fit else "split the reduced axis into a loop (two-pass reduction)"
+        raise TileCapacityError(
+            f"vector ops [{what}] with vec tile {tuple(g.raw_tile)} on shape {list(space)}: one task needs {need} bytes "
+            f"of UB ({live} live tensors{red}), UB holds {cap} bytes on {chip.name}. Rule: the tiles that are live at "
+            f"once must fit UB. Fix: a tile that fits: {fix}")
+    g.ub_bytes = need
+    g.slots = 2 if (double_buffer and 2 * need <= cap) else 1
+
+
+def _fit_tile(g: Group, graph: TensorGraph, cap: int):
+    tile = list(g.tile)
+    for _ in range(64):
+        need, _ = _task_bytes(g, graph, tile)
+        if need <= cap:
+            return tuple(tile)
+        cands = [d for d in range(len(tile) - 1) if tile[d] > 1 and d not in g.reduced]
+        if cands:
+            d = max(cands, key=lambda d: tile[d])
+            tile[d] = max(1, tile[d] // 2)
+        elif tile[-1] > 32 and (len(tile) - 1) not in g.reduced:
+            tile[-1] //= 2
+        else:
+            return None
+    return None

@@ -163,7 +163,7 @@ def test_tile_shape_getters_and_options_scope():
     with pypto.options(vec_tile_shapes=[4, 64], pass_options={"vec_nbuffer_setting": {"DEFAULT": 1}}):
         assert pypto.get_vec_tile_shapes() == [4, 64]
         pypto.set_cube_tile_shapes([16, 32], [32, 64], [16, 32])
-        assert pypto.get_cube_tile_shapes() == ([16, 32], [32, 64], [16, 32])
+        assert pypto.get_cube_tile_shapes() == ([16, 32], [32, 64], [16, 32], False)  # as the real API: + split-K
         assert pypto.get_pass_options()["vec_nbuffer_setting"] == {"DEFAULT": 1}
     assert pypto.get_vec_tile_shapes() == [] and pypto.get_cube_tile_shapes() is None
 

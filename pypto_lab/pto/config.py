@@ -19,7 +19,13 @@ REAL_PASS_OPTIONS = ("vec_nbuffer_setting", "cube_l1_reuse_setting", "cube_nbuff
                      "auto_mix_partition", "sg_set_ooo_scope", "ooo_sched_mode", "sg_set_tunevf_mode")
 LAB_PASS_OPTIONS = ("double_buffer",)  # pypto_lab: False gives every buffer one slot (no ping-pong)
 RUNTIME_OPTIONS = ("run_mode", "chip", "device_sched_mode", "stitch_function_max_num", "valid_shape_optimize",
-                   "ready_on_host_tensors", "device_sched_parallelism")
+                   "ready_on_host_tensors", "device_sched_parallelism",
+                   # the real runtime's control-flow cache sizes: accepted and recorded, not modelled
+                   "cfgcache_device_task_num", "cfgcache_root_task_num", "cfgcache_leaf_task_num",
+                   "stitch_cfgcache_size")
+# host options of the real framework: accepted and recorded. "only_codegen" stops the real one
+# after code generation; in SIM mode pypto_lab always compiles, simulates and computes the outputs
+HOST_OPTIONS = ("only_codegen", "compile_stage")
 
 
 class _State(threading.local):
@@ -27,6 +33,8 @@ class _State(threading.local):
         self.vec_tile: tuple[int, ...] | None = None
         self.cube_tile: CubeTile | None = None
         self.cube_tile_raw = None
+        self.enable_split_k = False
+        self.matrix_size: list[int] | None = None
         self.pass_options: dict = {}
         self.trace = None  # the TraceContext being recorded, if any
 
@@ -79,12 +87,29 @@ def set_cube_tile_shapes(m, k, n, enable_split_k: bool = False) -> None:
     mm, kk, nn = pair("m", m), pair("k", k), pair("n", n)
     STATE.cube_tile = CubeTile(mm[0], mm[1], kk[0], kk[1], nn[0], nn[1])
     STATE.cube_tile_raw = ([*mm], [*kk], [*nn])
+    STATE.enable_split_k = bool(enable_split_k)
 
 
 def get_cube_tile_shapes():
-    """``([m_l0, m_l1], [k_l0, k_l1], [n_l0, n_l1])`` or None before any is set."""
+    """As the real API: ``([m_l0, m_l1], [k_l0, k_l1], [n_l0, n_l1], enable_split_k)`` (a tuple
+    of three lists and a bool; split-K is recorded, not modelled), or None before any is set."""
     t = STATE.cube_tile
-    return None if t is None else ([t.m_l0, t.m_l1], [t.k_l0, t.k_l1], [t.n_l0, t.n_l1])
+    if t is None:
+        return None
+    return ([t.m_l0, t.m_l1], [t.k_l0, t.k_l1], [t.n_l0, t.n_l1], STATE.enable_split_k)
+
+
+def set_matrix_size(size) -> None:
+    """``pypto.set_matrix_size([m, k, n])``: the real framework's hint of the matmul sizes to come;
+    recorded (``get_matrix_size()``), the Tile Graph here reads the sizes from the matmul itself."""
+    vals = list(size)
+    if not 1 <= len(vals) <= 3:
+        raise TileShapeError(f"set_matrix_size({vals!r}): give [m, k, n]")
+    STATE.matrix_size = [int(v) for v in vals]
+
+
+def get_matrix_size():
+    return None if STATE.matrix_size is None else list(STATE.matrix_size)
 
 
 def check_pass_options(opts: dict | None) -> dict:
@@ -108,6 +133,8 @@ def reset_options() -> None:
     STATE.vec_tile = None
     STATE.cube_tile = None
     STATE.cube_tile_raw = None
+    STATE.enable_split_k = False
+    STATE.matrix_size = None
     STATE.pass_options = {}
 
 

@@ -33,7 +33,13 @@ DT_FP32 = DataType("DT_FP32", "fp32", torch.float32, 4)
 DT_INT8 = DataType("DT_INT8", "int8", torch.int8, 1)
 DT_INT16 = DataType("DT_INT16", "int16", torch.int16, 2)
 DT_INT32 = DataType("DT_INT32", "int32", torch.int32, 4)
-ALL = (DT_FP16, DT_BF16, DT_FP32, DT_INT8, DT_INT16, DT_INT32)
+# storage-only dtypes: the Vector unit of the modelled chips has no arithmetic on them; kernels may
+# load, store, move, cast, compare into (DT_BOOL) and select with them (pypto.where)
+DT_INT64 = DataType("DT_INT64", "int64", torch.int64, 8)
+DT_UINT8 = DataType("DT_UINT8", "uint8", torch.uint8, 1)
+DT_BOOL = DataType("DT_BOOL", "bool", torch.bool, 1)
+ALL = (DT_FP16, DT_BF16, DT_FP32, DT_INT8, DT_INT16, DT_INT32, DT_INT64, DT_UINT8, DT_BOOL)
+STORAGE_ONLY = ("int64", "uint8", "bool")
 _BY_TORCH = {d.torch: d for d in ALL}
 _BY_NAME = {d.name: d for d in ALL}
 

@@ -16,7 +16,9 @@ from .dtypes import DataType
 GM_KINDS = ("param", "alloc")
 VIEW_KINDS = ("view", "reshape")
 ELEMENTWISE = ("add", "sub", "mul", "div", "adds", "subs", "rsubs", "muls", "divs", "rdivs",
-               "exp", "sqrt", "rsqrt", "neg", "abs", "relu", "reciprocal", "cast", "maximum", "minimum")
+               "exp", "sqrt", "rsqrt", "neg", "abs", "relu", "reciprocal", "cast", "maximum", "minimum",
+               "maxs", "mins", "sigmoid", "log", "expm1", "erf", "erfc", "ceil", "floor", "trunc", "round",
+               "pow", "pows", "cmp", "cmps", "logical_and", "logical_not", "where", "expand", "full", "arange")
 REDUCTIONS = ("amax", "amin", "sum")
 
 

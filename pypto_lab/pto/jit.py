@@ -129,6 +129,11 @@ class JitKernel:
         self.runtime_options = runtime_options if runtime_options is not None else {}
         self.pass_options = config.check_pass_options(pass_options)
         self.other_options = other_options
+        host = other_options.get("host_options") or {}
+        for key in host:
+            if key not in config.HOST_OPTIONS:
+                raise OptionError(f"host option {key!r} is not known; known: {', '.join(config.HOST_OPTIONS)} "
+                                  "(recorded only: in SIM mode every call compiles, simulates and computes)")
         self.signature = inspect.signature(func)
         self._cache: dict = {}
         self.trace_count = 0

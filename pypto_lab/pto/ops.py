@@ -1,6 +1,9 @@
 """The operations of the PyPTO API (``pypto.add``, ``exp``, ``amax``, ``sum``, ``matmul``,
-``transpose``, ``reshape``, ``cast``, ``view``, ``assemble``, ``tensor``, ...): each checks its
-operands and the tile shape in force, then records one node of the Tensor Graph."""
+``transpose``, ``reshape``, ``cast``, ``view``, ``assemble``, ``tensor``, ``sigmoid``, ``softmax``,
+``log``, ``erfc``, ``pow``, ``clip``, the rounding ops, comparisons, ``where``, ``full``,
+``arange``, ``concat``, ``expand_clone``, ...): each checks its operands and the tile shape in
+force, then records one node of the Tensor Graph (composite ops such as ``softmax``, ``clip`` and
+``concat`` record the nodes they are made of)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ import builtins
 import math
 
 from . import config
-from .dtypes import DT_FP32, DT_INT32, DataType, as_dtype, dim_value
+from .dtypes import DT_BOOL, DT_FP32, DT_INT32, STORAGE_ONLY, DataType, SymbolicDim, as_dtype, dim_value
 from .errors import (
     BroadcastError,
     DTypeError,
@@ -27,9 +30,9 @@ def suggest_vec_tile(shape, dtype: DataType) -> tuple[int, ...]:
     """A legal vector tile for ``shape``: the whole innermost dimension (32-B aligned) and as many
     rows as make about 16 KB."""
     shape = list(shape)
-    align = max(1, 32 // dtype.bytes)
+    align = builtins.max(1, 32 // dtype.bytes)
     last = -(-shape[-1] // align) * align
-    rows_budget = max(1, 16384 // (last * dtype.bytes))
+    rows_budget = builtins.max(1, 16384 // (last * dtype.bytes))
     tile = [1] * len(shape)
     tile[-1] = last
     for d in range(len(shape) - 2, -1, -1):
@@ -58,7 +61,7 @@ def _vec_check(op: str, ref_shape, dtypes) -> None:
     for d in dtypes:
         nbytes = tile[-1] * d.bytes
         if nbytes % 32:
-            align = max(1, 32 // d.bytes)
+            align = builtins.max(1, 32 // d.bytes)
             fix = -(-tile[-1] // align) * align
             raise TileAlignmentError(
                 f"{op}: the innermost vector tile size {tile[-1]} x {d.bytes} bytes ({d!r}) = {nbytes} bytes is not a "
@@ -88,10 +91,22 @@ def broadcast_shapes(op: str, a, b) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _arith_check(op: str, *tensors) -> None:
+    """DT_INT64 / DT_UINT8 / DT_BOOL are storage only: the Vector unit has no arithmetic on them."""
+    for t in tensors:
+        if isinstance(t, Tensor) and t.dtype is not None and t.dtype.lab in STORAGE_ONLY:
+            raise DTypeError(
+                f"{op}: operand dtype {t.dtype!r} is storage only here. Rule: the Vector unit of the modelled chips "
+                "computes in DT_FP16, DT_BF16, DT_FP32, DT_INT16 or DT_INT32 (DT_INT64, DT_UINT8 and DT_BOOL can be "
+                "loaded, stored, cast, compared into and selected with pypto.where). Fix: "
+                f"pypto.cast(x, pypto.DT_FP32) (or DT_INT32) first")
+
+
 def _binary(op: str, a, b):
     if isinstance(a, _SCALAR) and isinstance(b, _SCALAR):
         return {"add": a + b, "sub": a - b, "mul": a * b, "div": a / b}[op]
     tr = current_trace(f"pypto.{op}")
+    _arith_check(op, a, b)
     if isinstance(b, _SCALAR):
         a = _tensor(a, op)
         _vec_check(op, a.shape, [a.dtype])
@@ -139,7 +154,11 @@ def div(input, other):
 
 def _minmax(op, a, b):
     tr = current_trace(f"pypto.{op}")
+    if isinstance(b, _SCALAR) or isinstance(a, _SCALAR):
+        x, s = (a, b) if isinstance(b, _SCALAR) else (b, a)
+        return _scalar_op(op[:3] + "s", x, s)
     a, b = _tensor(a, op), _tensor(b, op)
+    _arith_check(op, a, b)
     check_dtype_same(op, a, b)
     shape = broadcast_shapes(op, a.shape, b.shape)
     _vec_check(op, shape, [a.dtype])
@@ -160,6 +179,7 @@ def minimum(input, other):
 def _unary(op: str, x, float_only=True):
     tr = current_trace(f"pypto.{op}")
     x = _tensor(x, op)
+    _arith_check(op, x)
     if float_only and x.dtype.lab not in ("fp16", "bf16", "fp32"):
         raise DTypeError(f"{op}: input dtype {x.dtype!r}; {op} takes DT_FP16, DT_BF16 or DT_FP32. "
                          f"Fix: pypto.cast(x, pypto.DT_FP32) first")
@@ -211,6 +231,7 @@ def _norm_dim(op, dim, rank):
 def _reduce(op: str, x, dim, keepdim):
     tr = current_trace(f"pypto.{op}")
     x = _tensor(x, op)
+    _arith_check(op, x)
     d = _norm_dim(op, dim, x.ndim)
     _vec_check(op, x.shape, [x.dtype])
     shape = list(x.shape)
@@ -250,9 +271,28 @@ def cast(input, dtype, mode=None, satmode=None):
 
 
 def transpose(input, dim0=-2, dim1=-1):
-    """Swap two axes (a data movement on the Vector unit; its tile shape is that of the input)."""
+    """Swap two axes (a data movement on the Vector unit; its tile shape is that of the input).
+
+    ``transpose(x, [0, 1, 3, 2])`` (a permutation of all axes, as the real API also takes) moves
+    every axis at once."""
     tr = current_trace("pypto.transpose")
     x = _tensor(input, "transpose")
+    if isinstance(dim0, (list, tuple)):
+        perm = [int(d) % x.ndim if -x.ndim <= int(d) < x.ndim else -1 for d in dim0]
+        if sorted(perm) != list(range(x.ndim)):
+            raise ShapeError(f"transpose: {list(dim0)} is not a permutation of the {x.ndim} axes of a tensor of shape "
+                             f"{x.shape}. Rule: every axis 0..{x.ndim - 1} appears once. Fix: e.g. "
+                             f"{list(range(x.ndim - 2)) + [x.ndim - 1, x.ndim - 2]} swaps the last two")
+        moved = [d for d in range(x.ndim) if perm[d] != d]
+        if not moved:
+            return x
+        if len(moved) == 2:
+            dim0, dim1 = moved
+        else:
+            _vec_check("transpose", x.shape, [x.dtype])
+            out = tr.new("transpose", [x._id], [x.shape[d] for d in perm], x.dtype, {"perm": tuple(perm)}, vec=True)
+            tr.note_read(x._id, out._id)
+            return out
     d0, d1 = _norm_dim("transpose", dim0, x.ndim), _norm_dim("transpose", dim1, x.ndim)
     _vec_check("transpose", x.shape, [x.dtype])
     shape = list(x.shape)
@@ -285,10 +325,13 @@ def view(input, shape=None, offsets=None, *, valid_shape=None, dtype=None):
     """A window of ``input``: ``shape`` elements from ``offsets`` (``x[a:b, ...]`` is a view)."""
     tr = current_trace("pypto.view")
     x = _tensor(input, "view")
-    if valid_shape is not None or dtype is not None:
-        raise TraceError("pypto.view: valid_shape= and dtype= (reinterpretation) are not supported by pypto_lab")
-    shape = list(x.shape) if shape is None else [int(s) for s in shape]
-    offsets = [0] * len(shape) if offsets is None else [int(o) for o in offsets]
+    if dtype is not None:
+        raise TraceError("pypto.view: dtype= (reinterpretation) is not supported by pypto_lab")
+    shape = list(x.shape) if shape is None else [int(_as_int(s)) for s in shape]
+    offsets = [0] * len(shape) if offsets is None else [int(_as_int(o)) for o in offsets]
+    if valid_shape is not None:
+        # shapes are concrete here: the valid part (the tail tile of a dynamic loop) is the view
+        shape = _valid(shape, valid_shape, "view")
     if len(shape) != x.ndim or len(offsets) != x.ndim:
         raise ShapeError(f"view of a rank-{x.ndim} tensor needs {x.ndim} sizes and offsets; got shape {shape}, "
                          f"offsets {offsets}")
@@ -358,9 +401,15 @@ def matmul(input, mat2, out_dtype=None, *, a_trans=False, b_trans=False, c_matri
     check_dtype_same("matmul", a, b)
     if a.ndim < 2 or b.ndim < 2:
         raise ShapeError(f"matmul: operands of shapes {a.shape} and {b.shape}; both need rank >= 2")
+    bias = None
     if extend_params:
-        raise TraceError("matmul: extend_params (bias, scales) are not supported by pypto_lab; add the bias with a "
-                         "vector add after the matmul")
+        unknown = sorted(k for k in extend_params if k != "bias_tensor")
+        if unknown:
+            raise TraceError(f"matmul: extend_params keys {unknown} (scales, relu, ...) are not supported by pypto_lab; "
+                             "only 'bias_tensor' is. Fix: apply them with vector ops after the matmul")
+        bias = extend_params.get("bias_tensor")
+        if bias is not None:
+            bias = _tensor(bias, "matmul bias_tensor")
     m, ka = (a.shape[-1], a.shape[-2]) if a_trans else (a.shape[-2], a.shape[-1])
     kb, n = (b.shape[-1], b.shape[-2]) if b_trans else (b.shape[-2], b.shape[-1])
     if ka != kb:
@@ -378,9 +427,334 @@ def matmul(input, mat2, out_dtype=None, *, a_trans=False, b_trans=False, c_matri
             "e.g. pypto.set_cube_tile_shapes([64, 64], [64, 256], [64, 64]) before it")
     from .tiling import check_cube_tile
     check_cube_tile(tr.chip, tile, a.dtype, m, ka, n, f"matmul {list(a.shape)} @ {list(b.shape)}")
-    node = tr.new("matmul", [a._id, b._id], list(batch) + [m, n], od,
+    inputs = [a._id, b._id]
+    if bias is not None:
+        if bias.shape[-1] != n or math.prod(bias.shape) != n:
+            raise ShapeError(f"matmul: bias_tensor of shape {bias.shape} for an output with n = {n} columns. Rule: "
+                             f"the bias holds one value per output column, shape [{n}] or [1, {n}]. Fix: "
+                             f"pypto.reshape(bias, [1, {n}]) or slice it")
+        inputs.append(bias._id)
+    node = tr.new("matmul", inputs, list(batch) + [m, n], od,
                   {"m": m, "k": ka, "n": n, "a_trans": bool(a_trans), "b_trans": bool(b_trans),
-                   "in_dtype": a.dtype.name}, cube=True)
-    tr.note_read(a._id, node._id)
-    tr.note_read(b._id, node._id)
+                   "in_dtype": a.dtype.name, "bias": bias is not None}, cube=True)
+    for i in inputs:
+        tr.note_read(i, node._id)
     return node
+
+
+# ---- element-wise ops beyond the arithmetic operators ------------------------------------------
+# Each records one Tensor Graph node; `schedule` maps it to the chip's VECTOR instructions (or a
+# documented composition of them) and `execute` computes it in the declared dtype.
+
+def _scalar_op(kind: str, x, s):
+    """A tensor op with a Python scalar operand (``maxs``, ``mins``, ``pows``, ...)."""
+    tr = current_trace(f"pypto.{kind}")
+    x = _tensor(x, kind)
+    _arith_check(kind, x)
+    _vec_check(kind, x.shape, [x.dtype])
+    out = tr.new(kind, [x._id], x.shape, x.dtype, {"scalar": float(s)}, vec=True)
+    tr.note_read(x._id, out._id)
+    return out
+
+
+def _nary(op: str, tensors, dtype, attrs=None, check_dtype=True):
+    """An element-wise node over broadcast tensor operands."""
+    tr = current_trace(f"pypto.{op}")
+    tensors = [_tensor(t, op) for t in tensors]
+    if check_dtype:
+        for t in tensors[1:]:
+            check_dtype_same(op, tensors[0], t)
+    shape = tensors[0].shape
+    for t in tensors[1:]:
+        shape = broadcast_shapes(op, shape, t.shape)
+    _vec_check(op, shape, [t.dtype for t in tensors] + [dtype])
+    out = tr.new(op, [t._id for t in tensors], shape, dtype, attrs or {}, vec=True)
+    for t in tensors:
+        tr.note_read(t._id, out._id)
+    return out
+
+
+def sigmoid(input):
+    """``1 / (1 + exp(-x))`` (VMULS, VEXP, VADDS, VREC on the Vector unit)."""
+    return _unary("sigmoid", input)
+
+
+def log(input):
+    """Natural logarithm (VLN)."""
+    return _unary("log", input)
+
+
+def expm1(input):
+    """``exp(x) - 1`` (VEXP, VADDS)."""
+    return _unary("expm1", input)
+
+
+def erf(input):
+    """The error function: a rational polynomial on the Vector unit (no VERF instruction; see schedule)."""
+    return _unary("erf", input)
+
+
+def erfc(input):
+    """``1 - erf(x)`` (erf's polynomial, then VMULS and VADDS)."""
+    return _unary("erfc", input)
+
+
+def ceil(input):
+    return _unary("ceil", input)
+
+
+def floor(input):
+    return _unary("floor", input)
+
+
+def trunc(input):
+    return _unary("trunc", input)
+
+
+def round(input, decimals: int = 0):
+    """Round half to even (as torch.round), with ``decimals`` digits after the point."""
+    if decimals:
+        scale = 10.0 ** int(decimals)
+        return div(_unary("round", mul(input, scale)), scale)
+    return _unary("round", input)
+
+
+def pow(input, exponent):
+    """``input ** exponent`` for a tensor and a tensor or Python scalar (VLN, VMUL(S), VEXP; a scalar
+    exponent 2 is one VMUL)."""
+    if isinstance(exponent, _SCALAR):
+        if isinstance(input, _SCALAR):
+            return input ** exponent
+        x = _tensor(input, "pow")
+        if x.dtype.lab not in ("fp16", "bf16", "fp32"):
+            raise DTypeError(f"pow: input dtype {x.dtype!r}; pow takes DT_FP16, DT_BF16 or DT_FP32. "
+                             "Fix: pypto.cast(x, pypto.DT_FP32) first")
+        return _scalar_op("pows", x, exponent)
+    _arith_check("pow", input, exponent)
+    return _nary("pow", [input, exponent], _tensor(input, "pow").dtype)
+
+
+def clip(input, min=None, max=None):
+    """``min(max(input, min), max)``; ``min`` / ``max`` are tensors (broadcast) or Python scalars
+    (VMAX / VMIN or VMAXS / VMINS)."""
+    if min is None and max is None:
+        raise TraceError("clip: give min=, max= or both (a tensor or a Python scalar)")
+    x = input
+    if min is not None:
+        x = maximum(x, min)
+    if max is not None:
+        x = minimum(x, max)
+    return x
+
+
+def softmax(input, dim=-1):
+    """``exp(x - max) / sum(exp(x - max))`` along ``dim``: amax, sub, exp, sum, div recorded as one
+    row program that the Tile Graph fuses into a single vector group (the row stays in UB)."""
+    x = _tensor(input, "softmax")
+    if x.dtype.lab not in ("fp16", "bf16", "fp32"):
+        raise DTypeError(f"softmax: input dtype {x.dtype!r}; softmax takes DT_FP32 (the real API) or DT_FP16 / "
+                         "DT_BF16 here. Fix: pypto.cast(x, pypto.DT_FP32) first")
+    d = _norm_dim("softmax", dim, x.ndim)
+    e = exp(sub(x, amax(x, d, keepdim=True)))
+    return div(e, sum(e, d, keepdim=True))
+
+
+# ---- comparisons, logical ops, selection -------------------------------------------------------
+
+def _compare(mode: str, input, other):
+    if isinstance(other, _SCALAR) and isinstance(input, Tensor):
+        x = _tensor(input, mode)
+        tr = current_trace(f"pypto.{mode}")
+        _vec_check(mode, x.shape, [x.dtype, DT_BOOL])
+        out = tr.new("cmps", [x._id], x.shape, DT_BOOL, {"mode": mode, "scalar": float(other)}, vec=True)
+        tr.note_read(x._id, out._id)
+        return out
+    if isinstance(input, _SCALAR):
+        flip = {"eq": "eq", "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}[mode]
+        return _compare(flip, other, input)
+    return _nary("cmp", [input, other], DT_BOOL, {"mode": mode})
+
+
+def eq(input, other):
+    """``input == other`` element-wise, a DT_BOOL tensor (VCMPV / VCMPVS)."""
+    return _compare("eq", input, other)
+
+
+def ne(input, other):
+    return _compare("ne", input, other)
+
+
+def lt(input, other):
+    return _compare("lt", input, other)
+
+
+def le(input, other):
+    return _compare("le", input, other)
+
+
+def gt(input, other):
+    return _compare("gt", input, other)
+
+
+def ge(input, other):
+    return _compare("ge", input, other)
+
+
+def logical_and(input, other):
+    """Element-wise AND of two tensors (non-zero is true), a DT_BOOL tensor (VAND)."""
+    return _nary("logical_and", [input, other], DT_BOOL, check_dtype=False)
+
+
+def logical_not(input):
+    """Element-wise NOT (zero is true), a DT_BOOL tensor (VNOT)."""
+    return _nary("logical_not", [input], DT_BOOL)
+
+
+def where(condition, input, other):
+    """``input`` where ``condition`` is true, else ``other`` (VSEL). ``input`` / ``other`` are
+    tensors or Python scalars; shapes broadcast."""
+    cond = _tensor(condition, "where")
+    tensors, attrs = [cond], {}
+    dt = None
+    for name, v in (("x", input), ("y", other)):
+        if isinstance(v, _SCALAR):
+            attrs[name] = float(v)
+        else:
+            v = _tensor(v, "where")
+            tensors.append(v)
+            if dt is not None and v.dtype is not dt:
+                raise DTypeError(f"where: input and other have dtypes {dt!r} and {v.dtype!r}; they must agree. "
+                                 f"Fix: pypto.cast(other, {dt!r})")
+            dt = v.dtype
+    return _nary("where", tensors, dt or DT_FP32, attrs, check_dtype=False)
+
+
+# ---- tensor creation ---------------------------------------------------------------------------
+
+def _scalar_value(v, what: str):
+    if isinstance(v, SymbolicDim):
+        v = dim_value(v)
+    if hasattr(v, "value") and not isinstance(v, (int, float)):  # an Element-like object
+        v = v.value
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, (int, float)):
+        return v
+    raise TraceError(f"{what}: {v!r} is not a number; give an int or a float")
+
+
+def _valid(shape, valid_shape, op):
+    vs = [int(_as_int(v)) for v in valid_shape]
+    if len(vs) != len(shape) or any(v <= 0 or v > s for v, s in zip(vs, shape)):
+        raise ShapeError(f"{op}: valid_shape {vs} for shape {list(shape)}. Rule: same rank, 0 < valid <= size on "
+                         "every axis. Fix: pypto.min(tile, size - offset) per axis")
+    return vs
+
+
+def full(size, fill_value, dtype=None, *, valid_shape=None):
+    """A tensor of ``size`` filled with ``fill_value`` (VECTORDUP), of ``dtype`` (default: DT_INT32
+    for an int, DT_FP32 for a float). With ``valid_shape`` the tensor is its valid part (shapes are
+    concrete here, as for ``view``)."""
+    tr = current_trace("pypto.full")
+    v = _scalar_value(fill_value, "full fill_value")
+    dt = as_dtype(dtype, "full dtype") if dtype is not None else (
+        DT_BOOL if isinstance(v, bool) else DT_INT32 if isinstance(v, int) else DT_FP32)
+    shape = [dim_value(s) if not isinstance(s, int) else s for s in size]
+    if valid_shape is not None:
+        shape = _valid(shape, valid_shape, "full")
+    _vec_check("full", shape, [dt])
+    return tr.new("full", [], shape, dt, {"value": float(v)}, vec=True)
+
+
+def zeros(size, dtype=DT_FP32, *, valid_shape=None):
+    """``full(size, 0, dtype)``."""
+    return full(size, 0, dtype, valid_shape=valid_shape)
+
+
+def ones(size, dtype=DT_FP32, *, valid_shape=None):
+    return full(size, 1, dtype, valid_shape=valid_shape)
+
+
+def arange(start=0, end=None, step=1, dtype=None):
+    """The 1-D tensor ``start, start + step, ...`` below ``end`` (``arange(n)`` is ``0..n-1``):
+    DT_INT32 if all three are ints, else DT_FP32, computed on the Vector unit as index * step +
+    start in that dtype (VECTORDUP, VMULS, VADDS)."""
+    tr = current_trace("pypto.arange")
+    if end is None:
+        start, end = 0, start
+    start, end, step = (_scalar_value(v, "arange") for v in (start, end, step))
+    if step == 0 or (end - start) / step <= 0:
+        raise ShapeError(f"arange({start}, {end}, {step}): the rule is step != 0 and (end - start) / step > 0. "
+                         "Fix the bounds or the sign of step")
+    n = int(math.ceil((end - start) / step))
+    ints = all(isinstance(v, int) for v in (start, end, step))
+    dt = as_dtype(dtype, "arange dtype") if dtype is not None else (DT_INT32 if ints else DT_FP32)
+    _vec_check("arange", [n], [dt])
+    return tr.new("arange", [], [n], dt, {"start": float(start), "step": float(step)}, vec=True)
+
+
+# ---- layout ------------------------------------------------------------------------------------
+
+def expand_clone(input, shape, *, valid_shape=None):
+    """``input`` broadcast along its size-1 axes to ``shape``, as a new tensor (VBRCB / VCOPY)."""
+    x = _tensor(input, "expand_clone")
+    shape = [dim_value(s) if not isinstance(s, int) else s for s in shape]
+    if valid_shape is not None:
+        shape = _valid(shape, valid_shape, "expand_clone")
+    if len(shape) != x.ndim or any(s != t and s != 1 for s, t in zip(x.shape, shape)):
+        raise BroadcastError(f"expand_clone: shape {x.shape} cannot expand to {shape}. Rule: same rank, and only "
+                             "axes of size 1 grow. Fix: reshape the input so that the axes to grow have size 1")
+    tr = current_trace("pypto.expand_clone")
+    _vec_check("expand_clone", shape, [x.dtype])
+    out = tr.new("expand", [x._id], shape, x.dtype, vec=True)
+    tr.note_read(x._id, out._id)
+    return out
+
+
+def concat(tensors, dim: int = 0):
+    """The tensors joined along ``dim``: a GM tensor that each input is assembled into (MTE2/MTE3
+    copies, or the stores of the vector groups that compute the inputs)."""
+    ts = [_tensor(t, "concat") for t in tensors]
+    if not ts:
+        raise TraceError("concat: give a list of at least one tensor")
+    d = _norm_dim("concat", dim, ts[0].ndim)
+    for t in ts[1:]:
+        check_dtype_same("concat", ts[0], t)
+        if t.ndim != ts[0].ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, ts[0].shape)) if i != d):
+            raise ShapeError(f"concat along dim {d}: shapes {[x.shape for x in ts]}. Rule: same rank and equal sizes "
+                             "on every other axis. Fix: slice or reshape the inputs")
+    shape = list(ts[0].shape)
+    shape[d] = builtins.sum(t.shape[d] for t in ts)
+    out = tensor(shape, ts[0].dtype, "concat")
+    off = 0
+    for t in ts:
+        offsets = [0] * len(shape)
+        offsets[d] = off
+        assemble(t, offsets, out)
+        off += t.shape[d]
+    return out
+
+
+# ---- scalar helpers of the real API ------------------------------------------------------------
+
+def _as_int(v):
+    return dim_value(v) if isinstance(v, SymbolicDim) else v
+
+
+def min(*args):
+    """``pypto.min(a, b, ...)``: the smallest of scalars / symbolic sizes (e.g. the valid length of
+    a tail tile). For tensors use pypto.minimum (element-wise) or pypto.amin (a reduction)."""
+    if any(isinstance(a, Tensor) for a in args):
+        raise TraceError("pypto.min takes scalars (ints, symbolic sizes); for tensors use pypto.minimum(a, b) "
+                         "(element-wise) or pypto.amin(x, dim) (a reduction)")
+    vals = [_as_int(a) for a in (args[0] if len(args) == 1 else args)]
+    return builtins.min(vals)
+
+
+def max(*args):
+    """``pypto.max(a, b, ...)``: the largest of scalars / symbolic sizes (see pypto.min)."""
+    if any(isinstance(a, Tensor) for a in args):
+        raise TraceError("pypto.max takes scalars (ints, symbolic sizes); for tensors use pypto.maximum(a, b) "
+                         "(element-wise) or pypto.amax(x, dim) (a reduction)")
+    vals = [_as_int(a) for a in (args[0] if len(args) == 1 else args)]
+    return builtins.max(vals)

@@ -26,6 +26,23 @@ _BINARY = {"add": ("VADD",), "sub": ("VSUB",), "mul": ("VMUL",), "div": ("VDIV",
            "minimum": ("VMIN",), "adds": ("VADDS",), "subs": ("VADDS",), "muls": ("VMULS",), "divs": ("VMULS",),
            "rsubs": ("VMULS", "VADDS"), "rdivs": ("VREC", "VMULS"), "exp": ("VEXP",), "sqrt": ("VSQRT",),
            "rsqrt": ("VRSQRT",), "reciprocal": ("VREC",), "neg": ("VMULS",), "abs": ("VABS",), "relu": ("VRELU",)}
+_HORNER = ("VMUL", "VADDS") * 4
+# erf has no instruction: a clamped rational polynomial in x^2 (as CANN's Erf kernel computes it)
+_ERF = ("VMINS", "VMAXS", "VMUL") + _HORNER + ("VMUL",) + _HORNER + ("VDIV",)
+_BINARY.update({
+    "maxs": ("VMAXS",), "mins": ("VMINS",),
+    "sigmoid": ("VMULS", "VEXP", "VADDS", "VREC"),          # 1 / (1 + exp(-x))
+    "log": ("VLN",), "expm1": ("VEXP", "VADDS"),
+    "erf": _ERF, "erfc": _ERF + ("VMULS", "VADDS"),
+    "pow": ("VLN", "VMUL", "VEXP"), "pows": ("VLN", "VMULS", "VEXP"),   # exp(y * ln x)
+    "cmp": ("VCMPV",), "cmps": ("VCMPVS",), "where": ("VSEL",),
+    "logical_and": (("VAND", "UINT16_UINT16_UINT16"),), "logical_not": (("VNOT", "UINT16_UINT16"),),
+    "full": ("VECTORDUP",), "arange": ("VECTORDUP", "VMULS", "VADDS"),
+})
+# ceil / floor / trunc / round: VCONV to int32 with that rounding mode, and back (filled in per dtype)
+_ROUNDING = ("ceil", "floor", "trunc", "round")
+# ops that compute in their first input's dtype (their result is DT_BOOL)
+_IN_DTYPE = ("cmp", "cmps", "logical_and", "logical_not")
 _REDUCE = {"amax": ("VMAX", "VCMAX"), "amin": ("VMIN", "VCMIN"), "sum": ("VADD", "VCADD")}
 
 
@@ -238,8 +255,17 @@ def _emit_node(em: Emitter, core: int, chip: Chip, g, n, nodes, tiles, ready, la
         timing = chip.vector.timing("VGATHER", f"{key}_{key}")
         return [em.repeats(core, chip, "VGATHER", timing, _reps(chip, _elems(g.spans[n.id], e), n.dtype.bytes),
                            (ready[ins[0]][j],)) for j, e in enumerate(tiles)]
-    instrs = _BINARY[op]
-    dk = _dkey(n.dtype.lab)
+    calc = nodes[ins[0]].dtype if op in _IN_DTYPE else n.dtype
+    dk = _dkey(calc.lab)
+    if op in _ROUNDING:
+        instrs = (("VCONV", f"{dk}_INT32"), ("VCONV", f"INT32_{dk}"))
+    elif op == "expand":
+        key = "UINT32_UINT32" if calc.bytes >= 4 else "UINT16_UINT16"
+        instrs = (("VCOPY", key),)
+    elif op == "pows" and n.attrs.get("scalar") == 2.0:
+        instrs = ("VMUL",)
+    else:
+        instrs = _BINARY[op]
     out = []
     brcb = chip.vector.timing("VBRCB", "UINT16_UINT16" if n.dtype.bytes == 2 else "UINT32_UINT32")
     for j, e in enumerate(tiles):
@@ -252,7 +278,8 @@ def _emit_node(em: Emitter, core: int, chip: Chip, g, n, nodes, tiles, ready, la
                 deps = (em.emit(core, "VECTOR", brcb.cycles(rows), "VBRCB", deps),)
         v = None
         for instr in instrs:
-            v = em.repeats(core, chip, instr, chip.vector.timing(instr, dk), _reps(chip, el, n.dtype.bytes), deps)
+            instr, key = instr if isinstance(instr, tuple) else (instr, dk)
+            v = em.repeats(core, chip, instr, chip.vector.timing(instr, key), _reps(chip, el, calc.bytes), deps)
             deps = (v,)
         out.append(v)
     return out
@@ -296,6 +323,13 @@ def _emit_cube(em: Emitter, g, assign, chip: Chip, barrier: dict) -> None:
             subs = [(min(tile.m_l0, bm - i), min(tile.n_l0, bn - j))
                     for i in range(0, bm, tile.m_l0) for j in range(0, bn, tile.n_l0)]
             resident = None
+            bias_ready = None
+            if g.bias_bytes:
+                # bias_tensor: n_l1 values GM -> L1, then (chips with a BiasTable) L1 -> BT, where the
+                # first mmad of each L0C tile starts its accumulation from them
+                bias_ready = em.move(core, p_l1, bn * g.bias_bytes, "load bias GM->L1", (bdep,), rate_rd)
+                if "L1_TO_BT" in chip.paths:
+                    bias_ready = em.move(core, chip.data_path("L1_TO_BT"), bn * 4, "load bias L1->BT", (bias_ready,))
             for sm, sn in subs:
                 c_slot, c_free = l0c.acquire()
                 first, last_mm = True, None
@@ -319,7 +353,7 @@ def _emit_cube(em: Emitter, g, assign, chip: Chip, barrier: dict) -> None:
                         mb = em.move(core, p_l0b, kl0 * sn * eb, "load B L1->L0B", (panel, b_free))
                         fr = -(-sm // m0) * -(-kl0 // k0) * -(-sn // n0)
                         mm = em.emit(core, "CUBE", chip.cube.startup_cycles + fr, "mmad",
-                                     (ma, mb, c_free if first else None))
+                                     (ma, mb, c_free if first else None, bias_ready if first else None))
                         first = False
                         l0a.release(a_slot, mm)
                         l0b.release(b_slot, mm)
@@ -334,9 +368,13 @@ def _emit_cube(em: Emitter, g, assign, chip: Chip, barrier: dict) -> None:
                     dr = em.move(core, chip.data_path("L0C_TO_UB"), sm * sn * acc_b, "L0C->UB", (last_mm, u_free))
                     l0c.release(c_slot, dr)
                     v = dr
+                    if g.bias_bytes and "L1_TO_BT" not in chip.paths:
+                        # no BiasTable: the bias is added on the Vector unit on the way out of L0C
+                        t = chip.vector.timing("VADD", f"{acc_dt.upper()}_{acc_dt.upper()}_{acc_dt.upper()}")
+                        v = em.repeats(core, chip, "VADD", t, _reps(chip, sm * sn, acc_b), (dr, bias_ready))
                     if g.out_dtype != acc_dt:
                         t = chip.vector.timing("VCONV", f"{acc_dt.upper()}_{g.out_dtype.upper()}")
-                        v = emit_repeats_em(em, core, chip, t, _reps(chip, sm * sn, acc_b), (dr,))
+                        v = emit_repeats_em(em, core, chip, t, _reps(chip, sm * sn, acc_b), (v,))
                     st = em.move(core, chip.data_path("UB_TO_GM"), out_bytes, "store C UB->GM", (v,), rate_wr)
                     ub.release(u_slot, st)
                 pending.append(out_bytes)

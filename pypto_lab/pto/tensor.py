@@ -121,7 +121,10 @@ class Tensor:
     __slots__ = ("spec_shape", "spec_dtype", "name", "format", "_trace", "_id")
 
     def __init__(self, shape=None, dtype=None, name: str = "", format=None):
-        self.spec_shape = None if shape is None or shape is Ellipsis else tuple(shape)
+        # Tensor(), Tensor[...] and Tensor[[...], dtype]: any shape
+        if shape is Ellipsis or (isinstance(shape, (list, tuple)) and len(shape) == 1 and shape[0] is Ellipsis):
+            shape = None
+        self.spec_shape = None if shape is None else tuple(shape)
         self.spec_dtype = None if dtype is None else as_dtype(dtype)
         self.name = name
         self.format = format
@@ -299,6 +302,17 @@ class Tensor:
         return _ops().neg(self)
     def __matmul__(self, o):
         return _ops().matmul(self, o, self.dtype)
+    def __pow__(self, o):
+        return _ops().pow(self, o)
+    # comparisons give DT_BOOL tensors; == and != stay Python identity (use pypto.eq / pypto.ne)
+    def __lt__(self, o):
+        return _ops().lt(self, o)
+    def __le__(self, o):
+        return _ops().le(self, o)
+    def __gt__(self, o):
+        return _ops().gt(self, o)
+    def __ge__(self, o):
+        return _ops().ge(self, o)
 
     # ---- methods mirroring the functions ----
     def exp(self):
@@ -323,6 +337,14 @@ class Tensor:
         return _ops().view(self, shape, offsets)
     def cast(self, dtype):
         return _ops().cast(self, dtype)
+    def sigmoid(self):
+        return _ops().sigmoid(self)
+    def log(self):
+        return _ops().log(self)
+    def softmax(self, dim=-1):
+        return _ops().softmax(self, dim)
+    def expand_clone(self, shape, *, valid_shape=None):
+        return _ops().expand_clone(self, shape, valid_shape=valid_shape)
 
 
 def spec_matches(spec: Tensor, shape, dtype: DataType) -> str | None:

@@ -101,6 +101,7 @@ class Group:
     in_dtype: str = ""
     out_dtype: str = ""
     dst: tuple | None = None
+    bias_bytes: int = 0                          # bytes of one bias element (0: no bias_tensor)
 
     def label(self, graph: TensorGraph) -> str:
         return "+".join(graph.nodes[i].op for i in self.nodes) or self.kind
@@ -196,8 +197,11 @@ def build_tile_graph(graph: TensorGraph, chip: Chip, double_buffer: bool = True)
             g.cube_tile = n.cube_tile
             g.in_dtype = nodes[n.inputs[0]].dtype.lab
             g.out_dtype = n.dtype.lab
+            if len(n.inputs) > 2:
+                g.bias_bytes = nodes[n.inputs[2]].dtype.bytes
             try:
-                g.plan = plan_cube(chip, n.cube_tile, g.in_dtype, g.m, g.kk, g.n, double_buffer)
+                g.plan = plan_cube(chip, n.cube_tile, g.in_dtype, g.m, g.kk, g.n, double_buffer,
+                                   epilogue="bias" if g.bias_bytes else "none")
             except TilingError as e:  # check_cube_tile ran at trace time; this is a safety net
                 raise TileShapeError(str(e)) from None
             loc[n.id] = "gm"

@@ -7,8 +7,10 @@ export NUMBA_CACHE_DIR ?= $(CURDIR)/.numba_cache
 export NUMBA_NUM_THREADS ?= 2
 export MPLBACKEND ?= Agg
 export PYTHONDONTWRITEBYTECODE := 1
+# tests/test_browser.py drives Debian's chromium: Playwright must never download a browser of its own
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
-.PHONY: demo test install install-dev lint bench calibrate fit clean
+.PHONY: demo test install install-dev browser binder-url lint bench calibrate fit clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,10 +28,23 @@ install: $(VENV)/.installed
 
 install-dev: $(VENV)/.installed-dev
 
+# chromium for the real-browser test (tests/test_browser.py): apt-get as root; otherwise a clear
+# message (the test skips without chromium, and fails when CI=true)
+browser:
+	@command -v chromium >/dev/null 2>&1 || [ -x "$${PYPTO_CHROMIUM:-}" ] || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "make: installing chromium with apt-get for tests/test_browser.py"; \
+	    export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "make: chromium is missing and cannot be installed here (needs root and apt-get)."; \
+	    echo "      Install it with 'sudo apt-get install -y chromium' (or set PYPTO_CHROMIUM to a chromium binary);"; \
+	    echo "      until then tests/test_browser.py is skipped (and fails when CI=true)."; \
+	  fi; }
+
 demo: install
 	$(BIN)/pypto-lab tour
 
-test: install-dev
+test: install-dev browser
 	$(BIN)/python -m pytest -q tests --nbval-lax notebooks
 
 lint: install-dev
@@ -44,6 +59,12 @@ calibrate: install
 
 fit: install
 	$(BIN)/python -m pypto_lab.hw.fit
+
+# the one-click Binder link (opens notebooks/00_quickstart.ipynb) for this clone's GitHub remote
+binder-url:
+	@url=$$(git remote get-url origin 2>/dev/null) || { echo "no git remote 'origin' yet: push the repository to GitHub first"; exit 1; }; \
+	slug=$$(echo "$$url" | sed -E 's#^(https://github\.com/|git@github\.com:)##; s#\.git$$##'); \
+	echo "https://mybinder.org/v2/gh/$$slug/HEAD?labpath=notebooks%2F00_quickstart.ipynb"
 
 clean:
 	rm -rf $(VENV) .numba_cache out .pytest_cache .hypothesis

@@ -63,6 +63,13 @@ def cmd_tour(args) -> int:
     for chip in args.chips or list_chips():
         print(f"\n{chip}: fp16 matmul sweep (peak {get_chip(chip).peak_tflops('fp16'):.1f} TFLOPS)")
         print(matmul_sweep(chip))
+    if args.no_html:
+        return 0
+    from .tour_report import write_tour_report
+
+    print("\nthe ResNet-50 and BERT-base walkthroughs, levels 0-3 (pass by pass and figures in the HTML report):")
+    tour = write_tour_report(args.html, chips=args.chips or None, progress=lambda text: print(text, flush=True))
+    print(f"\nwrote {args.html} ({tour.seconds:,.0f} s)")
     return 0
 
 
@@ -152,8 +159,11 @@ def cmd_compare(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pypto-lab", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    t = sub.add_parser("tour", help="chip summaries and a matmul sweep on every chip")
-    t.add_argument("--chips", nargs="*", help="limit to these chips")
+    t = sub.add_parser("tour", help="chip summaries, a matmul sweep on every chip, the ResNet-50/BERT walkthroughs "
+                                   "and their HTML report")
+    t.add_argument("--chips", nargs="*", help="limit to these chips (walkthroughs: Ascend910A and Ascend910B1)")
+    t.add_argument("--html", default="out/tour.html", help="where to write the HTML report (default out/tour.html)")
+    t.add_argument("--no-html", action="store_true", help="only the console tour: no walkthroughs, no HTML report")
     t.set_defaults(func=cmd_tour)
     sub.add_parser("chips", help="the chip presets").set_defaults(func=cmd_chips)
     mm = sub.add_parser("matmul", help="simulate one matmul")

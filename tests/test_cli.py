@@ -6,7 +6,7 @@ from pypto_lab.cli import main
 
 
 def test_tour_prints_chip_summaries_and_the_sweep(capsys):
-    assert main(["tour", "--chips", "Ascend910A"]) == 0
+    assert main(["tour", "--chips", "Ascend910A", "--no-html"]) == 0
     out = capsys.readouterr().out
     for word in ("Ascend910B1", "Ascend310P3", "fp16 TFLOPS", "HBM GB/s", "L1/L0A/L0B/L0C/UB KB"):
         assert word in out

@@ -45,7 +45,7 @@ demo: install
 	$(BIN)/pypto-lab tour
 
 test: install-dev browser
-	$(BIN)/python -m pytest -q tests --nbval-lax notebooks
+	$(BIN)/python -m pytest -q tests --nbval-lax --nbval-sanitize-with notebooks/nbval_sanitize.cfg notebooks
 
 lint: install-dev
 	$(BIN)/ruff check pypto_lab tests benchmarks

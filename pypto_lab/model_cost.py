@@ -231,6 +231,14 @@ def _resources(chip: Chip, unit: str, reports: list[KernelReport], nodes: list[N
     return ("AIC", "AIV") if unit == "cube+vector" else ("AIV",)
 
 
+def _kernel_op_name(anchor: Node) -> str:
+    """The NPU operator a kernel is named after; attention not fused by `fuse_attention` runs as
+    BatchMatMul, softmax and BatchMatMul with the scores in GM, and is named so."""
+    if anchor.attrs.get("unit") == "composite" and not anchor.attrs.get("flash"):
+        return "UnfusedAttention(BatchMatMul+SoftmaxV2+BatchMatMul)"
+    return anchor.attrs.get("npu_op", anchor.op)
+
+
 def cost_kernel(graph: Graph, nodes: list[Node], chip: Chip, precision: str = "fp16") -> KernelCost:
     if len(nodes) == 1 and nodes[0].attrs.get("unit") == "cpu":
         return _cost_host(graph, nodes[0], chip)
@@ -251,7 +259,7 @@ def cost_kernel(graph: Graph, nodes: list[Node], chip: Chip, precision: str = "f
         unit = "vector" if any(n.attrs.get("unit") == "vector" for n in nodes) else "move"
     cycles = sum(r.cycles for r in reports)
     return KernelCost(
-        name=anchor.attrs.get("npu_op", anchor.op) + ":" + (anchor.module or anchor.name),
+        name=_kernel_op_name(anchor) + ":" + (anchor.module or anchor.name),
         unit=unit, nodes=[n.name for n in nodes], fused_ops=[n.target for n in nodes if n.attrs.get("unit") != "free"],
         cycles=cycles, time_us=sum(r.time_us for r in reports), gm_bytes=sum(r.gm_bytes for r in reports),
         tile=dict(reports[0].tile), reports=reports, resources=_resources(chip, unit, reports, nodes, anchor),

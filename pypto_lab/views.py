@@ -55,8 +55,10 @@ def plot_pipe_busy(report) -> Figure:
     """Busy fraction of each pipe on the busiest core."""
     fig = Figure(figsize=(6, 2.8))
     ax = fig.add_subplot()
-    names = [p for p in PIPES if report.pipe_busy.get(p)]
-    frac = [report.pipe_busy[p] / report.cycles for p in names]
+    # a pto RunResult sums pipe time over all cores; its busiest core's is pipe_busy_max_core
+    busy = getattr(report, "pipe_busy_max_core", None) or report.pipe_busy
+    names = [p for p in PIPES if busy.get(p)]
+    frac = [busy[p] / report.cycles for p in names]
     ax.barh(names, frac, color=[PIPE_COLOURS[p] for p in names])
     ax.set_xlim(0, 1)
     ax.set_xlabel("busy fraction of the kernel's cycles")
@@ -434,7 +436,8 @@ def plot_model_swimlane(optimized, start_kernel: int = 0, count: int = 5, cores=
                         max_instructions: int = 20000) -> Figure:
     """Pipes x time per core for a window of the model's kernels: every kernel's simulated
     timeline, shifted to its start in the schedule (levels 0-2 one after another; level 3 as
-    the two streams overlap them). CPU-lane kernels show as a grey span."""
+    the two streams overlap them). CPU-lane kernels show as a grey span. ``cores`` number the
+    chip's cores: on 910B 0..23 are the AIC (Cube) cores and 24.. the AIV (Vector) cores."""
     report = _report_of(optimized)
     chip = get_chip(report.chip)
     sched = report.schedule.kernels if report.schedule else None
@@ -464,8 +467,11 @@ def plot_model_swimlane(optimized, start_kernel: int = 0, count: int = 5, cores=
                            label="host")
         for r in k.reports:
             tl = r.instructions
+            # on 910B a Cube kernel's timeline numbers AIC 0.. then AIV cube_cores..; a Vector
+            # kernel's runs on the AIV cores from 0: put it on the same chip-wide numbering
+            shift = chip.cube_cores if chip.split_cores and r.unit == "vector" else 0
             for ci, core in enumerate(cores):
-                sel = np.flatnonzero(tl.core == core)[:max(budget, 0)]
+                sel = np.flatnonzero(tl.core + shift == core)[:max(budget, 0)]
                 n = _draw_lanes(ax, tl, sel, ci * 8, offset, label=False)
                 budget -= n
                 drawn += n
@@ -474,9 +480,13 @@ def plot_model_swimlane(optimized, start_kernel: int = 0, count: int = 5, cores=
         ax.text(spans[-1][1], -0.9, textwrap.shorten(k.name, 28), fontsize=6.5, rotation=0, va="bottom")
     ticks, labels = [], []
     for ci, core in enumerate(cores):
+        if chip.split_cores:
+            core_name = f"AIC {core}" if core < chip.cube_cores else f"AIV {core - chip.cube_cores}"
+        else:
+            core_name = f"AI Core {core}"
         for lane, name in enumerate(PIPES):
             ticks.append(ci * 8 + lane)
-            labels.append(f"core {core} {name}")
+            labels.append(f"{core_name} {name}")
     ax.set_yticks(ticks, labels, fontsize=7)
     ax.set_ylim(len(cores) * 8 - 0.5, -1.5)
     ax.set_xlabel(f"cycles from {origin:,.1f} us")

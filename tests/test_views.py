@@ -144,7 +144,25 @@ def test_model_swimlane_offsets_kernels_by_their_schedule_start(resnet):
     expected = sum(int(np.isin(r.instructions.core, (0, 1)).sum()) for k in rep.kernels[1:4] for r in k.reports)
     assert data["instructions"] == expected
     assert sum(len(c.get_paths()) for c in fig.axes[0].collections) == expected
-    assert "core 1 CUBE" in [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert "AI Core 1 CUBE" in [t.get_text() for t in fig.axes[0].get_yticklabels()]
+
+
+def test_model_swimlane_numbers_910b_cores_chip_wide():
+    import torch
+    import torch.nn as nn
+
+    from pypto_lab.optimize import optimize
+
+    om = optimize(nn.Sequential(nn.Linear(256, 256), nn.Softmax(-1)), torch.randn(64, 256), chip="Ascend910B1",
+                  level=1)
+    rep = om.report()
+    chip = get_chip("Ascend910B1")
+    fig = views.plot_model_swimlane(om, count=2, cores=(0, chip.cube_cores))
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert "AIC 0 CUBE" in labels and "AIV 0 VECTOR" in labels
+    # the softmax (a Vector kernel on AIV 0..) is drawn on the AIV lane, not on AIC 0
+    vec = next(k for k in rep.kernels if k.unit == "vector")
+    assert fig.pypto_data["instructions"] >= int((vec.reports[0].instructions.core == 0).sum())
 
 
 def test_speedup_waterfall_has_a_bar_per_pass(small, resnet):

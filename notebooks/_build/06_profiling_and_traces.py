@@ -251,14 +251,15 @@ md("""
 
 `plot_model_swimlane(om, start_kernel, count, cores)` draws the pipes of chosen cores over a
 window of the model's kernels, each kernel's simulated timeline shifted to its start in the
-schedule: the static version of what the trace shows. Core 0 over the first five kernels. The
-view numbers each kernel's cores on their own, so the lane "core 0" is the first Cube core
-(`AIC 0`) during a convolution and the first Vector core (`AIV 0`) during `TransData` and
-`MaxPool` (the Chrome trace above gives them their real names):
+schedule: the static version of what the trace shows. Cores are numbered chip-wide, as in the
+Chrome trace: on the 910B1, 0-23 are the Cube cores (`AIC`) and 24 onward the Vector cores
+(`AIV`). Below, `AIC 0` and `AIV 0` over the first five kernels: the convolutions run on the
+AIC lane, `TransData` and `MaxPool` on the AIV lane.
 """)
 
 code("""
-fig = plot_model_swimlane(om, start_kernel=0, count=5, cores=(0,))
+chip = pypto_lab.get_chip(om.report().chip)
+fig = plot_model_swimlane(om, start_kernel=0, count=5, cores=(0, chip.cube_cores))
 print("kernels in the window:", fig.pypto_data["kernels"])
 fig
 """)

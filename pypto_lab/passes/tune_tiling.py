@@ -3,21 +3,34 @@
 The default tilings come from a per-block roofline estimate (`cube_tile_candidates` ranks every
 legal Cube tiling by it; FlashAttention takes the first block size of its ladder that fits
 double-buffered). The estimate sees neither pipeline start-up, the epilogue, L2 behaviour nor
-the online-softmax steps, so this pass simulates the default and the next ``candidates`` tilings
-by estimate of every Cube kernel (those estimated within 25 % of the best), and every legal (block_q, block_k) of every fused attention,
-and keeps the fastest in ``attrs["tile"]`` / ``attrs["attention_blocks"]``. It never keeps a
+the online-softmax steps. So this pass simulates, for every Cube kernel, the default and the next
+``candidates`` tilings by estimate (those estimated within 25 % of the best) and the best two of
+`pypto_lab.tuning`'s pipe-level screen over the power-of-two tilings (skipping tilings that would
+issue more than twice the default's instructions, to keep the search fast); and, for every
+fused attention, every legal (block_q, block_k). It keeps the fastest in ``attrs["tile"]`` /
+``attrs["attention_blocks"]``. It never keeps a
 tiling slower than the default. Identical kernels (ResNet's repeated bottlenecks, BERT's layers)
 are searched once. Vector kernels keep their default tiles (one tile shape per UB budget).
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..graph import Graph
 from ..hw.attention import attention_block_candidates
 from ..hw.chip import get_chip
 from ..hw.tiling import cube_tile_candidates
 from ..model_cost import _shape, attention_dtype, cost_kernel, gemm_of, kernels_of
+from ..tuning import screen_space
 from .base import Pass, PassContext, PassResult, register
+
+
+def _instructions(tile, m: int, k: int, n: int, batch: int, cores: int) -> float:
+    """Cube instructions one core issues with ``tile`` (blocks per core x L0C sub-tiles x K steps)."""
+    blocks = batch * -(-m // tile.m_l1) * -(-n // tile.n_l1)
+    subtiles = -(-tile.m_l1 // tile.m_l0) * -(-tile.n_l1 // tile.n_l0)
+    return -(-blocks // cores) * subtiles * -(-k // tile.k_l0)
 
 
 @register
@@ -37,8 +50,16 @@ class TuneTiling(Pass):
     def _choices(self, chip, sig: tuple) -> list:
         """The tilings to simulate for a kernel signature (see `run`)."""
         if sig[0] == "cube":
-            _, _, m, k, n, dtype = sig[:6]
-            return cube_tile_candidates(chip, m, k, n, dtype, within=self.within)[: self.candidates + 1]
+            _, batch, m, k, n, dtype = sig[:6]
+            by_roofline = cube_tile_candidates(chip, m, k, n, dtype, within=self.within)[: self.candidates + 1]
+            # plus the best of auto_tune's pipe-level screen over the power-of-two tilings
+            screen = screen_space(chip, m, k, n, dtype, batch=batch, full=False)
+            by_screen = [screen.tile(int(i)) for i in np.argsort(screen.costs, kind="stable")[: max(1, self.candidates - 1)]]
+            # simulating a tiling costs time in proportion to its instructions: the search skips
+            # tilings that would issue more than twice the default's (their small tiles rarely win)
+            limit = 2 * _instructions(by_roofline[0], m, k, n, batch, chip.cube_cores)
+            return [t for t in dict.fromkeys(by_roofline + by_screen) if _instructions(t, m, k, n, batch,
+                                                                                       chip.cube_cores) <= limit]
         _, q, kk, dtype = sig
         return attention_block_candidates(chip, q[-2], kk[-2], q[-1], dtype)
 

@@ -387,7 +387,7 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
     return KernelReport(
         name=name or f"matmul {m}x{k}x{n}" + (f" x{batch}" if batch > 1 else ""),
         chip=chip.name, unit="cube", dtype=dtype,
-        shape={"m": m, "k": k, "n": n, "batch": batch}, tile=tile.to_dict(), double_buffer=double_buffer,
+        shape={"m": m, "k": k, "n": n, "batch": batch, "epilogue": epilogue}, tile=tile.to_dict(), double_buffer=double_buffer,
         cycles=cycles, time_us=chip.cycles_to_us(cycles), flops=flops,
         gm_bytes=gm_bytes, min_gm_bytes=unique, cores_used=active,
         pipe_busy=tl.pipe_busy(busy_core), buffer_peak=peak,

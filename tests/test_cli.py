@@ -18,7 +18,7 @@ def test_matmul_json_is_written_whole(tmp_path, capsys):
     path = tmp_path / "sub" / "mm.json"
     assert main(["matmul", "512", "512", "512", "--chip", "Ascend910B1", "--json", str(path)]) == 0
     d = json.loads(path.read_text())
-    assert d["shape"] == {"m": 512, "k": 512, "n": 512, "batch": 1} and d["cycles"] > 0
+    assert d["shape"] == {"m": 512, "k": 512, "n": 512, "batch": 1, "epilogue": "none"} and d["cycles"] > 0
     assert [p.name for p in path.parent.iterdir()] == ["mm.json"]  # no temporary file left behind
 
 

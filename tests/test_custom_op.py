@@ -87,7 +87,7 @@ def test_cube_op_is_a_matmul_of_its_flops():
     om = pypto_lab.optimize(_Uses(co_project), torch.randn(256, 128), chip="Ascend910B1", level=1)
     k = next(k for k in om.report().kernels if k.name.startswith("co_project"))
     assert k.unit == "cube"
-    assert k.reports[0].shape == {"m": 256, "k": 128, "n": 64, "batch": 1}
+    assert k.reports[0].shape == {"m": 256, "k": 128, "n": 64, "batch": 1, "epilogue": "none"}
 
 
 def test_cost_function_gives_the_time():

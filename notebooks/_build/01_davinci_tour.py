@@ -3,20 +3,10 @@
     cd /work/main && .venv/bin/python notebooks/_build/01_davinci_tour.py
 """
 
-from pathlib import Path
+from _notebook import Notebook
 
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
-
-CELLS = []
-
-
-def md(text: str) -> None:
-    CELLS.append(new_markdown_cell(text.strip("\n")))
-
-
-def code(text: str) -> None:
-    CELLS.append(new_code_cell(text.strip("\n")))
+NB = Notebook()
+md, code = NB.md, NB.code
 
 
 md("""
@@ -399,9 +389,4 @@ memory system idles while the Vector unit works. Vector tiles and double bufferi
 subject of `exercises/03_vector_tiles.ipynb`; Cube tiles are next, in `02_tiling_a_matmul.ipynb`.
 """)
 
-nb = new_notebook(cells=CELLS)
-nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-nb.metadata["language_info"] = {"name": "python"}
-out = Path(__file__).resolve().parents[1] / "01_davinci_tour.ipynb"
-nbformat.write(nb, out)
-print(f"wrote {out}")
+NB.write("01_davinci_tour.ipynb")

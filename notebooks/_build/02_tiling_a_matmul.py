@@ -3,20 +3,10 @@
     cd /work/main && .venv/bin/python notebooks/_build/02_tiling_a_matmul.py
 """
 
-from pathlib import Path
+from _notebook import Notebook
 
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
-
-CELLS = []
-
-
-def md(text: str) -> None:
-    CELLS.append(new_markdown_cell(text.strip("\n")))
-
-
-def code(text: str) -> None:
-    CELLS.append(new_code_cell(text.strip("\n")))
+NB = Notebook()
+md, code = NB.md, NB.code
 
 
 md("""
@@ -379,9 +369,4 @@ ping-pong and keeps the Cube 80 % busy, and `exercises/02_beat_the_default.ipynb
 default on the 1024³ case of section 6.
 """)
 
-nb = new_notebook(cells=CELLS)
-nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-nb.metadata["language_info"] = {"name": "python"}
-out = Path(__file__).resolve().parents[1] / "02_tiling_a_matmul.ipynb"
-nbformat.write(nb, out)
-print(f"wrote {out}")
+NB.write("02_tiling_a_matmul.ipynb")

@@ -3,20 +3,10 @@
     cd /work/main && .venv/bin/python notebooks/_build/03_resnet50_walkthrough.py
 """
 
-from pathlib import Path
+from _notebook import Notebook
 
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
-
-CELLS = []
-
-
-def md(text: str) -> None:
-    CELLS.append(new_markdown_cell(text.strip("\n")))
-
-
-def code(text: str) -> None:
-    CELLS.append(new_code_cell(text.strip("\n")))
+NB = Notebook()
+md, code = NB.md, NB.code
 
 
 md("""
@@ -444,14 +434,5 @@ views.plot_tiling(slowest.reports[0], CHIP)
 """)
 
 
-def main() -> None:
-    nb = new_notebook(cells=CELLS)
-    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-    nb.metadata["language_info"] = {"name": "python"}
-    out = Path(__file__).resolve().parent.parent / "03_resnet50_walkthrough.ipynb"
-    nbformat.write(nb, out)
-    print(f"wrote {out}")
-
-
 if __name__ == "__main__":
-    main()
+    NB.write("03_resnet50_walkthrough.ipynb")

@@ -3,20 +3,10 @@
     cd /work/main && .venv/bin/python notebooks/_build/04_bert_walkthrough.py
 """
 
-from pathlib import Path
+from _notebook import Notebook
 
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
-
-CELLS = []
-
-
-def md(text: str) -> None:
-    CELLS.append(new_markdown_cell(text.strip("\n")))
-
-
-def code(text: str) -> None:
-    CELLS.append(new_code_cell(text.strip("\n")))
+NB = Notebook()
+md, code = NB.md, NB.code
 
 
 md("""
@@ -423,14 +413,5 @@ so real launch overheads would widen the end-to-end gap
 """)
 
 
-def main() -> None:
-    nb = new_notebook(cells=CELLS)
-    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-    nb.metadata["language_info"] = {"name": "python"}
-    out = Path(__file__).resolve().parent.parent / "04_bert_walkthrough.ipynb"
-    nbformat.write(nb, out)
-    print(f"wrote {out}")
-
-
 if __name__ == "__main__":
-    main()
+    NB.write("04_bert_walkthrough.ipynb")

@@ -1,19 +1,9 @@
 """Generates notebooks/05_writing_kernels.ipynb (run: .venv/bin/python notebooks/_build/05_writing_kernels.py)."""
 
-from pathlib import Path
+from _notebook import Notebook
 
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
-
-CELLS = []
-
-
-def md(text: str) -> None:
-    CELLS.append(new_markdown_cell(text.strip("\n")))
-
-
-def code(text: str) -> None:
-    CELLS.append(new_code_cell(text.strip("\n")))
+NB = Notebook()
+md, code = NB.md, NB.code
 
 
 md("""
@@ -568,14 +558,5 @@ md("""
 """)
 
 
-def main() -> None:
-    nb = new_notebook(cells=CELLS)
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.metadata["language_info"] = {"name": "python"}
-    path = Path(__file__).resolve().parents[1] / "05_writing_kernels.ipynb"
-    nbformat.write(nb, path)
-    print(path)
-
-
 if __name__ == "__main__":
-    main()
+    NB.write("05_writing_kernels.ipynb")

@@ -6,35 +6,20 @@ Each exercise ships with a working reference answer in the cell the student edit
 notebooks pass under nbval; the checker lives in the notebook (not in pypto_lab).
 """
 
-from pathlib import Path
+from _notebook import NOTEBOOKS, Notebook
 
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
-
-OUT = Path(__file__).resolve().parents[1] / "exercises"
+OUT = NOTEBOOKS / "exercises"
+md, code = Notebook.md, Notebook.code
 
 
-def write(name: str, cells: list) -> None:
-    nb = new_notebook(cells=cells)
-    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-    nb.metadata["language_info"] = {"name": "python"}
-    OUT.mkdir(exist_ok=True)
-    nbformat.write(nb, OUT / name)
-    print(f"wrote {OUT / name}")
-
-
-def md(cells, text):
-    cells.append(new_markdown_cell(text.strip("\n")))
-
-
-def code(cells, text):
-    cells.append(new_code_cell(text.strip("\n")))
+def write(name: str, nb: Notebook) -> None:
+    nb.write(f"exercises/{name}")
 
 
 EDIT_BANNER = "## ✏️ Your answer — edit this cell\n\nThe value below is a working reference answer; replace it with your own and run the cells below."
 
 # ---------------------------------------------------------------------------------------------
-c = []
+c = Notebook()
 md(c, """
 # Exercise 1 · Fit the tiles
 
@@ -140,7 +125,7 @@ Can you find one that keeps two accumulators in L0C and still passes?
 write("01_fit_the_tiles.ipynb", c)
 
 # ---------------------------------------------------------------------------------------------
-c = []
+c = Notebook()
 md(c, """
 # Exercise 2 · Beat the default
 
@@ -229,7 +214,7 @@ its operands more. A 176×176 fp32 accumulator is 121 KB: one slot of L0C. `pypt
 write("02_beat_the_default.ipynb", c)
 
 # ---------------------------------------------------------------------------------------------
-c = []
+c = Notebook()
 md(c, """
 # Exercise 3 · Vector tiles and double buffering
 

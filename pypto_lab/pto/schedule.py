@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from ..hw.chip import PIPES, Chip
-from ..hw.kernels import emit_repeats, gm_rates
+from ..hw.kernels import _flush_writebacks, _move, emit_repeats, gm_rates
 from ..hw.simulator import PingPong, Program
 from .blocks import BlockGraph
 from .graph import REDUCTIONS
@@ -68,19 +68,12 @@ class Emitter:
         self.group_of.append(self.group)
         return i
 
+    # the tile programs' own helpers (pypto_lab.hw.kernels), emitting through this Emitter
     def move(self, core, path, nbytes, kind, deps, rate_cap=None) -> int:
-        return self.emit(core, path.pipe, path.occupancy(nbytes, rate_cap), kind, deps, path.latency_cycles)
+        return _move(self, core, path, nbytes, kind, deps, rate_cap)
 
     def repeats(self, core, chip, instr, timing, reps, deps) -> int:
-        last = None
-        pending = tuple(deps)
-        left = max(1, int(reps))
-        while left > 0:
-            r = min(left, chip.vector.max_repeats)
-            last = self.emit(core, "VECTOR", timing.cycles(r), instr, pending)
-            pending = ()
-            left -= r
-        return last
+        return emit_repeats(self, core, chip, instr, timing, max(1, int(reps)), deps)
 
 
 @dataclass
@@ -107,12 +100,6 @@ def _dkey(dtype_lab: str) -> str:
 
 def _reps(chip, elems, nbytes) -> int:
     return max(1, -(-int(elems * nbytes) // chip.vector.repeat_bytes))
-
-
-def _flush(em: Emitter, core: int, pending: list, hbm_share: float) -> None:
-    for nbytes in pending:
-        em.emit(core, "MTE2", nbytes / hbm_share, "HBM write-back")
-    pending.clear()
 
 
 def build_execute_graph(tg: TileGraph, bg: BlockGraph, chip: Chip, n_cores: int) -> ExecuteGraph:
@@ -194,7 +181,7 @@ def _emit_vector(em: Emitter, g, graph, assign, chip: Chip, barrier: dict) -> No
                 else:
                     i = em.move(core, p_in, _elems(g.spans[t], tiles[0]) * eb, f"load %{t} GM->UB", (free, bdep), rate_rd)
                     ready[t] = [i] * k
-            _flush(em, core, pending, hbm_share)
+            _flush_writebacks(em, core, pending, hbm_share)
             for nid in g.nodes:
                 n = nodes[nid]
                 if n.op == "assemble":
@@ -213,7 +200,7 @@ def _emit_vector(em: Emitter, g, graph, assign, chip: Chip, barrier: dict) -> No
                     st = em.move(core, p_out, nb, f"store %{t} UB->GM", (ready[t][-1],), rate_wr)
                     pending.append(nb)
             ub.release(slot, st if st is not None else em.prog.__len__() - 1)
-        _flush(em, core, pending, hbm_share)
+        _flush_writebacks(em, core, pending, hbm_share)
 
 
 def _emit_node(em: Emitter, core: int, chip: Chip, g, n, nodes, tiles, ready, last) -> list[int]:
@@ -341,7 +328,7 @@ def _emit_cube(em: Emitter, g, assign, chip: Chip, barrier: dict) -> None:
                         slot, free = l1.acquire()
                         la = em.move(core, p_l1, bm * kl1 * eb, "load A GM->L1", (free, bdep), rate_rd)
                         lb = em.move(core, p_l1, kl1 * bn * eb, "load B GM->L1", (free, bdep), rate_rd)
-                        _flush(em, core, pending, hbm_share)
+                        _flush_writebacks(em, core, pending, hbm_share)
                         panel = max(la, lb)
                         resident = (panel, slot)
                     reader = None
@@ -374,15 +361,11 @@ def _emit_cube(em: Emitter, g, assign, chip: Chip, barrier: dict) -> None:
                         v = em.repeats(core, chip, "VADD", t, _reps(chip, sm * sn, acc_b), (dr, bias_ready))
                     if g.out_dtype != acc_dt:
                         t = chip.vector.timing("VCONV", f"{acc_dt.upper()}_{g.out_dtype.upper()}")
-                        v = emit_repeats_em(em, core, chip, t, _reps(chip, sm * sn, acc_b), (v,))
+                        v = em.repeats(core, chip, "VCONV", t, _reps(chip, sm * sn, acc_b), (v,))
                     st = em.move(core, chip.data_path("UB_TO_GM"), out_bytes, "store C UB->GM", (v,), rate_wr)
                     ub.release(u_slot, st)
                 pending.append(out_bytes)
-        _flush(em, core, pending, hbm_share)
+        _flush_writebacks(em, core, pending, hbm_share)
 
 
-def emit_repeats_em(em: Emitter, core, chip, timing, reps, deps) -> int:
-    return em.repeats(core, chip, "VCONV", timing, reps, deps)
-
-
-__all__ = ["ExecuteGraph", "build_execute_graph", "emit_repeats"]
+__all__ = ["ExecuteGraph", "build_execute_graph"]

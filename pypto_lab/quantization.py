@@ -86,7 +86,7 @@ def _(x, w_q, bias, stride, padding, dilation, groups, w_scale, x_scale):
 
 def _weight_scale(w: torch.Tensor) -> torch.Tensor:
     """One symmetric scale per output channel (dim 0), shape (out_channels,)."""
-    return numerics.symmetric_scale(w.detach().reshape(w.shape[0], -1), dim=1).reshape(-1)
+    return numerics.per_channel_scale(w.detach(), 0).reshape(-1)
 
 
 def _quantize_weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -223,17 +223,10 @@ def _conv_args(args: tuple, kwargs: dict) -> tuple:
     return tuple(vals)
 
 
-def _per_channel_scale(w: torch.Tensor, dim: int) -> torch.Tensor:
-    """Symmetric scale per slice along ``dim`` (kept), ``max|w| / 127`` over every other dimension."""
-    other = tuple(d for d in range(w.dim()) if d != dim % w.dim())
-    amax = w.to(torch.float32).abs().amax(dim=other, keepdim=True) if other else w.abs()
-    return torch.where(amax > 0, amax / numerics.INT8_RANGE[1], torch.ones_like(amax))
-
-
 def _int8_gemm(a: torch.Tensor, b: torch.Tensor, b_is_weight: bool) -> torch.Tensor:
     """``a @ b`` through the int8 Cube, dequantised to fp32 (not yet stored)."""
     sa = numerics.symmetric_scale(a)
-    sb = _per_channel_scale(b, -1) if b_is_weight else numerics.symmetric_scale(b)
+    sb = numerics.per_channel_scale(b, -1) if b_is_weight else numerics.symmetric_scale(b)
     acc = numerics.matmul_int8(numerics.quantize(a, sa), numerics.quantize(b, sb))
     return acc.to(torch.float32) * (sa * sb)
 
@@ -251,7 +244,7 @@ def cube(op: str, args: tuple, kwargs: dict, dtype: str, weight_args: set[int],
             w, b = store(w, stored), store(b, stored)
         if dtype == "int8":
             sx = numerics.symmetric_scale(x)
-            sw = _per_channel_scale(w, 0)
+            sw = numerics.per_channel_scale(w, 0)
             acc = numerics.conv2d_int8(numerics.quantize(x, sx), numerics.quantize(w, sw), stride=stride,
                                        padding=padding, dilation=dilation, groups=groups)
             out = acc.to(torch.float32) * (sx * sw.reshape(1, -1, 1, 1))

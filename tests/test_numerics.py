@@ -408,3 +408,13 @@ def test_other_bad_inputs_name_rule_value_and_fix():
         nx.conv2d(torch.ones(1, 1, 4, 4), torch.ones(1, 1, 3, 3), padding="same")
     with pytest.raises(nx.NumericsError, match="bias of shape"):
         nx.matmul(torch.ones(2, 3), torch.ones(3, 4), bias=torch.ones(3))
+
+
+def test_per_channel_scale_is_one_symmetric_scale_per_output_channel():
+    w = torch.randn(8, 3, 3, 3)
+    w[2] = 0
+    s = nx.per_channel_scale(w, 0)
+    assert s.shape == (8, 1, 1, 1) and float(s[2]) == 1.0
+    expect = nx.symmetric_scale(w.reshape(8, -1), dim=1).reshape(8, 1, 1, 1)
+    assert torch.equal(s, expect)
+    assert torch.equal(nx.per_channel_scale(w.reshape(8, -1).t(), -1), expect.reshape(1, 8))

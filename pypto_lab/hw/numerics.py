@@ -391,6 +391,15 @@ def symmetric_scale(x: Any, dim: int | None = None) -> torch.Tensor:
     return torch.where(amax > 0, amax / INT8_RANGE[1], torch.ones_like(amax))
 
 
+def per_channel_scale(w: Any, dim: int = 0) -> torch.Tensor:
+    """Symmetric int8 scale per slice along ``dim`` (kept; every other dimension reduced to size
+    1): one ``max|w| / 127`` per output channel of a weight. An all-zero slice gets scale 1."""
+    t = _as_tensor(w, "w").to(torch.float32).abs()
+    other = tuple(d for d in range(t.dim()) if d != dim % t.dim())
+    amax = t.amax(dim=other, keepdim=True) if other else t
+    return torch.where(amax > 0, amax / INT8_RANGE[1], torch.ones_like(amax))
+
+
 def quantized_matmul(
     a: Any, b: Any, bias: Any = None, per_channel: bool = False, out_dtype: str = "fp16"
 ) -> torch.Tensor:

@@ -17,10 +17,10 @@ import time
 import torch
 import torch.nn as nn
 
-from pypto_lab import model_cost
-from pypto_lab.graph import capture
+from pypto_lab.kernels import cost as model_cost
+from pypto_lab.capture import capture
 from pypto_lab.optimize import optimize
-from pypto_lab.zoo import bert_base, resnet50
+from pypto_lab.capture.zoo import bert_base, resnet50
 
 
 def timed(fn, repeats: int) -> float:

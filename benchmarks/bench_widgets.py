@@ -16,7 +16,7 @@ import platform
 import statistics
 import time
 
-from pypto_lab.widgets import tiling_explorer, vector_tiling_explorer
+from pypto_lab.viz.widgets import tiling_explorer, vector_tiling_explorer
 
 CASES = [
     # (label, factory, slider, values)

@@ -4,9 +4,9 @@ The chip model lives in `pypto_lab.hw`; the functions below are the public entry
 """
 
 from . import amp, debug, nn, profiler, quantization, tuning
-from .compare import CompareError, Comparison, compare_tensors
+from .runtime.compare import CompareError, Comparison, compare_tensors
 from .custom_ops import CustomOpError, custom_op
-from .graph import CaptureError, Graph, capture
+from .capture import CaptureError, Graph, capture
 from .hw.attention import simulate_attention
 from .hw.chip import ChipConfigError, get_chip, list_chips
 from .hw.kernels import KernelReport, simulate_conv2d, simulate_matmul, simulate_vector

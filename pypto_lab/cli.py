@@ -65,7 +65,7 @@ def cmd_tour(args) -> int:
         print(matmul_sweep(chip))
     if args.no_html:
         return 0
-    from .tour_report import write_tour_report
+    from .viz.tour_report import write_tour_report
 
     print("\nthe ResNet-50 and BERT-base walkthroughs, levels 0-3 (pass by pass and figures in the HTML report):")
     tour = write_tour_report(args.html, chips=args.chips or None, progress=lambda text: print(text, flush=True))
@@ -119,7 +119,7 @@ def cmd_calibrate(args) -> int:
 
 def cmd_report(args) -> int:
     from .optimize import optimize
-    from .zoo import load_model
+    from .capture.zoo import load_model
 
     model, inputs = load_model(args.model, args.batch, args.seq)
     rep = optimize(model, inputs, chip=args.chip, level=args.level, precision=args.precision).report()
@@ -132,7 +132,7 @@ def cmd_report(args) -> int:
 
 def cmd_compare(args) -> int:
     from .optimize import LEVELS, optimize
-    from .zoo import load_model
+    from .capture.zoo import load_model
 
     model, inputs = load_model(args.model, args.batch, args.seq)
     reports = [optimize(model, inputs, chip=args.chip, level=lv, precision=args.precision).report()

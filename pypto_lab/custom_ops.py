@@ -49,7 +49,7 @@ from typing import Any
 
 import torch
 
-from .ops import CUSTOM, CUSTOM_NAMESPACE, NpuOp
+from .capture.catalogue import CUSTOM, CUSTOM_NAMESPACE, NpuOp
 
 UNITS = ("vector", "cube", "move")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -269,7 +269,7 @@ def _reference_vector_ops(spec: CustomOpSpec, args: list) -> list[str]:
     when they are all element-wise or row-wise Vector ops (or views); otherwise a clear error."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from .ops import lookup
+    from .capture.catalogue import lookup
 
     try:
         traced = make_fx(spec.fn)(*args)
@@ -292,7 +292,7 @@ def _reference_vector_ops(spec: CustomOpSpec, args: list) -> list[str]:
 def _cost_from_reference(spec: CustomOpSpec, graph, nodes, node, chip, args: list):
     """No declared cost: cost the reference's ATen ops as one fused Vector kernel over the output."""
     from .hw.kernels import fuse_vector_ops, simulate_vector
-    from .model_cost import KernelCost, _memo
+    from .kernels.cost import KernelCost, _memo
 
     ops = _reference_vector_ops(spec, args)
     inputs = sum(1 for a in args if isinstance(a, torch.Tensor))
@@ -326,7 +326,7 @@ def gemm_dims(graph, node) -> tuple[int, int, int, int]:
 def cost_custom(graph, nodes, node, chip, precision):
     """The `KernelCost` of a kernel whose anchor is a custom op (see the module docstring)."""
     from .hw.kernels import KernelReport, VectorOp, simulate_vector
-    from .model_cost import KernelCost, _cost_cube, _memo
+    from .kernels.cost import KernelCost, _cost_cube, _memo
 
     spec = spec_of(node.target)
     if spec is None:

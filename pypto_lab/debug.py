@@ -28,9 +28,9 @@ from typing import Any
 
 import torch
 
-from .compare import CompareError, Comparison, compare_tensors
-from .ops import aten_name
-from .runtime import Hook
+from .runtime.compare import CompareError, Comparison, compare_tensors
+from .capture.catalogue import aten_name
+from .runtime.interpreter import Hook
 
 
 @dataclass

@@ -14,7 +14,7 @@ device memory (GM) and so the peak memory its report shows.
 
 from __future__ import annotations
 
-from .passes.plan_memory import ALLOCATORS
+from .analysis.memory_plan import ALLOCATORS
 
 _STATE = {"allocator": "unified"}
 

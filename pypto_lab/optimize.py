@@ -24,13 +24,13 @@ from typing import Any
 import torch
 
 from . import passes as _passes  # noqa: F401  (registers the passes)
-from .graph import Graph, capture
+from .capture import Graph, capture
 from .hw.chip import Chip, get_chip
-from .model_cost import KernelCost, cost_graph
+from .kernels.cost import KernelCost, cost_graph
 from .passes import PassContext, PassManager, RecordSnapshots
 from .passes.op_mapping import fallbacks
-from .passes.plan_memory import MemoryPlan, memory_plan
-from .passes.schedule import Schedule, schedule_kernels
+from .analysis.memory_plan import MemoryPlan, memory_plan
+from .analysis.schedule import Schedule, schedule_kernels
 
 _PRECISION = ["mixed_precision", "quantize_int8"]
 _FUSION = ["fold_batchnorm", "fuse_conv_bn_relu", "fuse_layernorm", "fuse_attention", "fuse_elementwise"]
@@ -215,7 +215,7 @@ class OptimizedModel:
     def runtime(self):
         """The interpreter of the exported program with this graph's numerics (built on first use)."""
         if self._runtime is None:
-            from .runtime import Runtime
+            from .runtime.interpreter import Runtime
 
             chip = self.chip or self._report.chip
             precision = self.cube_precision or resolve_precision(get_chip(chip), self._report.precision)[0]

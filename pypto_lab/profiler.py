@@ -47,7 +47,7 @@ from typing import Any
 
 from .fileio import write_text_atomic
 from .hw.chip import PIPES, get_chip
-from .passes.plan_memory import ELEMENT_BYTES, FLOAT_DTYPES
+from .analysis.memory_plan import ELEMENT_BYTES, FLOAT_DTYPES
 
 CPU_EVENT_NAME = "optimized_model.__call__"
 DEFAULT_MAX_INSTRUCTION_EVENTS = 200_000

@@ -489,7 +489,7 @@ def minilm_int8_report(chip: str = "Ascend910B1", level: int = 2, batch: int = 8
     `pypto_lab.optimize`'s latency for fp32, fp16, precision "int8" on the float model, and the
     int8 model (its Linear layers int8, the rest fp16). ``static`` adds `quantize_static`
     calibrated on the same sentences."""
-    from . import zoo
+    from .capture import zoo
     from .optimize import optimize
 
     sentences = sentences if sentences is not None else load_sentences()

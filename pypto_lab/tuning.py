@@ -450,9 +450,9 @@ def _verify_order(screen: Screen, budget: int, seed: int) -> list[int]:
 def auto_tune(optimized, tune_config: dict | None = None, cache_path: str | os.PathLike | None | bool = None):
     """Search the tilings of every Cube kernel of ``optimized`` (an `OptimizedModel`), apply the
     ones the simulator says are faster, recompute its report; returns a `TuneResult`."""
-    from .model_cost import _epilogue, cost_graph, cost_kernel, gemm_of, kernels_of
+    from .kernels.cost import _epilogue, cost_graph, cost_kernel, gemm_of, kernels_of
     from .optimize import PassStep, get_optimization_options, resolve_precision
-    from .passes.schedule import schedule_kernels
+    from .analysis.schedule import schedule_kernels
 
     cfg = _config(tune_config)
     if isinstance(optimized, torch.nn.Module):  # the seed's auto_tune(model, ...): its latest optimize()

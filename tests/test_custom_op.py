@@ -5,7 +5,7 @@ import torch
 
 import pypto_lab
 from pypto_lab.custom_ops import CustomOpError, custom_op
-from pypto_lab.ops import lookup
+from pypto_lab.capture.catalogue import lookup
 
 custom_op_impl = """
 #include "tbe/te_operation.h"

@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 import torchvision
 
-from pypto_lab.graph import capture, from_exported
+from pypto_lab.capture import capture, from_exported
 from pypto_lab.passes import PassManager, PassOrderError, RecordSnapshots, get_pass
 
 CONV_PIPELINE = ["map_ops", "fold_batchnorm", "fuse_conv_bn_relu"]

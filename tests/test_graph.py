@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 import torchvision
 
-from pypto_lab.graph import CaptureError, capture
+from pypto_lab.capture import CaptureError, capture
 from pypto_lab.passes import (
     Pass,
     PassContext,

@@ -5,8 +5,8 @@ import torch
 import torch.nn as nn
 import torchvision
 
-from pypto_lab.graph import Graph, Node, TensorInfo, Value, capture
-from pypto_lab.model_cost import cost_graph, kernels_of
+from pypto_lab.capture import Graph, Node, TensorInfo, Value, capture
+from pypto_lab.kernels.cost import cost_graph, kernels_of
 from pypto_lab.passes import PassManager, RecordSnapshots, get_pass
 from pypto_lab.passes.layout import NC1HWC0, ND, NZ, TRANSDATA, transdata_node
 

@@ -6,7 +6,7 @@ import torchvision
 
 import pypto_lab
 from pypto_lab import memory
-from pypto_lab.passes.plan_memory import caching_block
+from pypto_lab.analysis.memory_plan import caching_block
 
 
 @pytest.fixture(autouse=True)
@@ -65,7 +65,7 @@ def test_unknown_allocator_names_the_known_ones():
     with pytest.raises(memory.MemoryConfigError, match="'bfc' is not known.*'naive', 'unified', 'caching'"):
         memory.set_memory_allocator("bfc")
     assert memory.get_memory_allocator() == "unified"
-    from pypto_lab.passes.plan_memory import memory_plan
+    from pypto_lab.analysis.memory_plan import memory_plan
 
     g = pypto_lab.capture(torch.nn.Linear(4, 4), torch.randn(2, 4))
     with pytest.raises(ValueError, match="allocator 'pool' is not known"):

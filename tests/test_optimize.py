@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 import torchvision
 
-from pypto_lab.model_cost import cost_graph, kernels_of
+from pypto_lab.kernels.cost import cost_graph, kernels_of
 from pypto_lab.optimize import OptimizeError, optimize
 
 

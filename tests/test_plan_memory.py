@@ -5,10 +5,10 @@ import torch
 import torch.nn as nn
 import torchvision
 
-from pypto_lab.graph import capture
-from pypto_lab.model_cost import kernels_of
+from pypto_lab.capture import capture
+from pypto_lab.kernels.cost import kernels_of
 from pypto_lab.passes import PassContext, PassManager, RecordSnapshots, get_pass
-from pypto_lab.passes.plan_memory import ALIGN, MemoryPlan, memory_plan
+from pypto_lab.analysis.memory_plan import ALIGN, MemoryPlan, memory_plan
 
 LEVEL0 = ["map_ops"]
 LEVEL1 = ["map_ops", "fold_batchnorm", "fuse_conv_bn_relu", "fuse_elementwise"]

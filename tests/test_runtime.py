@@ -11,11 +11,11 @@ import torch.nn as nn
 import torchvision
 
 import pypto_lab
-from pypto_lab.compare import CompareError, compare_tensors
+from pypto_lab.runtime.compare import CompareError, compare_tensors
 from pypto_lab.debug import compare_layers
 from pypto_lab.hw import numerics
 from pypto_lab.optimize import optimize
-from pypto_lab.runtime import RuntimeInputError, flash_attention
+from pypto_lab.runtime.interpreter import RuntimeInputError, flash_attention
 
 
 class SmallCNN(nn.Module):

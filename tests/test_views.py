@@ -1,7 +1,7 @@
 """Plot functions return Figures whose artists carry the simulator's numbers."""
 
 from pypto_lab import simulate_matmul
-from pypto_lab.views import plot_pipe_busy, plot_swimlane
+from pypto_lab.viz.views import plot_pipe_busy, plot_swimlane
 
 
 def test_swimlane_draws_every_instruction_of_the_core():
@@ -28,7 +28,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import pypto_lab  # noqa: E402
-from pypto_lab import views  # noqa: E402
+from pypto_lab.viz import views  # noqa: E402
 from pypto_lab.hw.chip import get_chip  # noqa: E402
 
 

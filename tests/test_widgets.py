@@ -9,7 +9,7 @@ import torch
 import pypto_lab
 from pypto_lab import simulate_matmul, simulate_vector
 from pypto_lab.hw.tiling import CubeTile, VecTile
-from pypto_lab.widgets import dashboard, explorer_for_kernel, tiling_explorer, vector_tiling_explorer
+from pypto_lab.viz.widgets import dashboard, explorer_for_kernel, tiling_explorer, vector_tiling_explorer
 
 SHAPE = (196, 2304, 256)  # ResNet-50 layer3 conv2 at batch 1 as implicit GEMM
 

@@ -36,7 +36,7 @@ from matplotlib.ticker import NullFormatter
 import pypto_lab
 from pypto_lab.hw.chip import PIPES
 from pypto_lab.hw import calibration
-from pypto_lab.views import plot_swimlane, plot_pipe_busy, PIPE_COLOURS
+from pypto_lab.viz.views import plot_swimlane, plot_pipe_busy, PIPE_COLOURS
 
 CHIPS = pypto_lab.list_chips()
 b1 = pypto_lab.get_chip("Ascend910B1")

@@ -35,8 +35,8 @@ import pypto_lab
 from pypto_lab import CubeTile, TilingError
 from pypto_lab.hw.tiling import plan_cube, cube_tile_bytes, cube_tile_candidates, naive_cube_tile
 from pypto_lab.tuning import screen_space
-from pypto_lab.views import plot_tiling, plot_swimlane, plot_roofline
-from pypto_lab.widgets import tiling_explorer
+from pypto_lab.viz.views import plot_tiling, plot_swimlane, plot_roofline
+from pypto_lab.viz.widgets import tiling_explorer
 
 CHIP = pypto_lab.get_chip("Ascend910B1")
 M = K = N = 2048

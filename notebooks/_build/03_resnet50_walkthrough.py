@@ -28,10 +28,10 @@ import collections
 import torch
 import pypto_lab
 from pypto_lab import optimize
-from pypto_lab.graph import capture
-from pypto_lab.ops import lookup
-from pypto_lab.zoo import resnet50
-from pypto_lab import views
+from pypto_lab.capture import capture
+from pypto_lab.capture.catalogue import lookup
+from pypto_lab.capture.zoo import resnet50
+from pypto_lab.viz import views
 
 torch.manual_seed(0)
 CHIP = "Ascend910A"
@@ -422,7 +422,7 @@ window of kernels, the roofline, and the tiling explorer of any Cube kernel. It 
 """)
 
 code("""
-from pypto_lab.widgets import dashboard, explorer_for_kernel
+from pypto_lab.viz.widgets import dashboard, explorer_for_kernel
 om3 = optimize(model, (x,), chip=CHIP, level=3)
 dashboard(om3, before=om0)
 """)

@@ -29,10 +29,10 @@ import torch
 from matplotlib.figure import Figure
 import pypto_lab
 from pypto_lab import optimize
-from pypto_lab.graph import capture
+from pypto_lab.capture import capture
 from pypto_lab.hw.attention import simulate_attention
-from pypto_lab.zoo import bert_base
-from pypto_lab import views
+from pypto_lab.capture.zoo import bert_base
+from pypto_lab.viz import views
 
 torch.manual_seed(0)
 CHIPS = ("Ascend910A", "Ascend910B1")
@@ -220,7 +220,7 @@ Voilà) moves through the tilings of one fused LayerNorm; the static figure unde
 """)
 
 code("""
-from pypto_lab.widgets import vector_tiling_explorer
+from pypto_lab.viz.widgets import vector_tiling_explorer
 numel = BATCH * SEQ * cfg.hidden_size
 explorer = vector_tiling_explorer("layernorm", numel, row_len=cfg.hidden_size, chip="Ascend910B1")
 explorer.widget
@@ -338,7 +338,7 @@ this cell takes the better part of a minute.)
 
 code("""
 from pypto_lab.quantization import minilm_int8_report, quantize_dynamic
-from pypto_lab.zoo import minilm
+from pypto_lab.capture.zoo import minilm
 q = minilm_int8_report("Ascend910B1", level=2)
 print(q.table())
 """)

@@ -40,7 +40,7 @@ import torch
 import pypto_lab
 import pypto_lab.pto as pypto
 from pypto_lab.hw.chip import PIPES
-from pypto_lab.views import plot_pipe_busy, plot_swimlane
+from pypto_lab.viz.views import plot_pipe_busy, plot_swimlane
 
 chip = pypto_lab.get_chip("Ascend910B1")
 print(chip.name, "-", chip.cube_cores, "Cube cores,", chip.vector_cores, "Vector cores,",

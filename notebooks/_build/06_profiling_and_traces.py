@@ -36,7 +36,7 @@ import torchvision
 import pypto_lab
 from pypto_lab import profiler, tuning
 from pypto_lab.hw.chip import PIPES
-from pypto_lab.views import plot_model_swimlane, plot_swimlane
+from pypto_lab.viz.views import plot_model_swimlane, plot_swimlane
 
 OUT = Path("..") / "out" / "notebooks"     # exports go here (out/ is ignored by git)
 OUT.mkdir(parents=True, exist_ok=True)

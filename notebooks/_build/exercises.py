@@ -43,7 +43,7 @@ code(c, """
 import pypto_lab
 from pypto_lab import CubeTile, TilingError
 from pypto_lab.hw.tiling import plan_cube
-from pypto_lab.views import plot_tiling
+from pypto_lab.viz.views import plot_tiling
 
 CHIP = pypto_lab.get_chip("Ascend910B1")
 M = K = N = 3072
@@ -142,7 +142,7 @@ code(c, """
 import pypto_lab
 from pypto_lab import CubeTile, TilingError
 from pypto_lab.hw.tiling import cube_tile_candidates
-from pypto_lab.views import plot_tiling
+from pypto_lab.viz.views import plot_tiling
 
 CHIP = pypto_lab.get_chip("Ascend910B1")
 M = K = N = 1024
@@ -234,7 +234,7 @@ code(c, """
 import pypto_lab
 from pypto_lab import VecTile, TilingError
 from pypto_lab.hw.kernels import VECTOR_OPS
-from pypto_lab.views import plot_swimlane
+from pypto_lab.viz.views import plot_swimlane
 
 CHIP = pypto_lab.get_chip("Ascend910B1")
 OP, NUMEL = "gelu", 16 * 1024 * 1024

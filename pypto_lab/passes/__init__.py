@@ -14,11 +14,10 @@ from . import (  # noqa: F401 (register passes)
     mixed_precision,
     naive_tiling,
     op_mapping,
-    plan_memory,
     quantize_int8,
-    schedule,
     tune_tiling,
 )
+from ..analysis import memory_plan, schedule  # noqa: F401 (register passes)
 from .base import (
     REGISTRY,
     Instrument,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..graph import Graph
+from ..capture.graph import Graph
 
 
 @dataclass

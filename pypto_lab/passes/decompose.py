@@ -10,7 +10,7 @@ level 1 (`fuse_layernorm`, `fuse_attention`, the matmul epilogue) replace them w
 
 from __future__ import annotations
 
-from ..graph import Graph
+from ..capture.graph import Graph
 from .base import Pass, PassContext, PassResult, register
 
 # primitive Vector kernels (names in pypto_lab.hw.kernels.VECTOR_OPS) of each composite

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..graph import Graph, Node
-from ..ops import aten_name
+from ..capture.graph import Graph, Node
+from ..capture.catalogue import aten_name
 from .base import Pass, PassContext, PassResult, register
 
 BATCH_NORMS = ("batch_norm", "_native_batch_norm_legit_no_training")

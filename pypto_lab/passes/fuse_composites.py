@@ -9,7 +9,7 @@ walk the keys with an online softmax, so the s x s scores never reach GM.
 
 from __future__ import annotations
 
-from ..graph import Graph
+from ..capture.graph import Graph
 from .base import Pass, PassContext, PassResult, register
 from .fold_batchnorm import describe
 

@@ -16,8 +16,8 @@ fused".
 
 from __future__ import annotations
 
-from ..graph import Graph, Node
-from ..ops import aten_name
+from ..capture.graph import Graph, Node
+from ..capture.catalogue import aten_name
 from .base import Pass, PassContext, PassResult, register
 from .fold_batchnorm import CONVS, describe
 

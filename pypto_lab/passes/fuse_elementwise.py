@@ -11,8 +11,8 @@ pooling and gathers end a chain. Members get ``attrs["group"]`` = the first node
 
 from __future__ import annotations
 
-from ..graph import Graph, Node
-from ..ops import aten_name
+from ..capture.graph import Graph, Node
+from ..capture.catalogue import aten_name
 from .base import Pass, PassContext, PassResult, register
 from .fold_batchnorm import describe
 

@@ -33,9 +33,9 @@ it reads in ``attrs["input_formats"]``; TransData nodes carry ``attrs["src_forma
 
 from __future__ import annotations
 
-from ..graph import Graph, Node, TensorInfo
+from ..capture.graph import Graph, Node, TensorInfo
 from ..hw.chip import get_chip
-from ..ops import aten_name
+from ..capture.catalogue import aten_name
 from .base import Pass, PassContext, PassResult, register
 from .fold_batchnorm import CONVS
 

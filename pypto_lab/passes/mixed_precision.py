@@ -11,8 +11,8 @@ nothing to lower and the pass changes nothing.
 
 from __future__ import annotations
 
-from ..graph import Graph
-from ..ops import aten_name
+from ..capture.graph import Graph
+from ..capture.catalogue import aten_name
 from .base import Pass, PassContext, PassResult, register
 
 # ATen ops whose arithmetic stays in fp32 under mixed precision (softmax, norms, reductions)

@@ -4,10 +4,10 @@ the roofline-estimate default, and level 3 searches (`tune_tiling`)."""
 
 from __future__ import annotations
 
-from ..graph import Graph
+from ..capture.graph import Graph
 from ..hw.chip import get_chip
 from ..hw.tiling import TilingError, naive_cube_tile
-from ..model_cost import gemm_of, kernels_of
+from ..kernels.cost import gemm_of, kernels_of
 from .base import Pass, PassContext, PassResult, register
 
 

@@ -6,8 +6,8 @@ graph's fallbacks and costs host<->device copies; it never stops the pipeline.
 
 from __future__ import annotations
 
-from ..graph import Graph
-from ..ops import lookup
+from ..capture.graph import Graph
+from ..capture.catalogue import lookup
 from .base import Pass, PassContext, PassResult, register
 
 

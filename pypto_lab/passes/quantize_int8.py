@@ -12,7 +12,7 @@ score and probability matmuls stay fp16. Numerics live in `pypto_lab.hw.numerics
 
 from __future__ import annotations
 
-from ..graph import Graph, Node
+from ..capture.graph import Graph, Node
 from .base import Pass, PassContext, PassResult, register
 
 

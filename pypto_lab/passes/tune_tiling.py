@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import Graph
+from ..capture.graph import Graph
 from ..hw.attention import attention_block_candidates
 from ..hw.chip import get_chip
 from ..hw.tiling import cube_tile_candidates
-from ..model_cost import _shape, attention_dtype, cost_kernel, gemm_of, kernels_of
+from ..kernels.cost import _shape, attention_dtype, cost_kernel, gemm_of, kernels_of
 from ..tuning import screen_space
 from .base import Pass, PassContext, PassResult, register
 

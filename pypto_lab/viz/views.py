@@ -11,7 +11,7 @@ import textwrap
 import numpy as np
 from matplotlib.figure import Figure
 
-from .hw.chip import DTYPE_BYTES, PIPES, get_chip
+from ..hw.chip import DTYPE_BYTES, PIPES, get_chip
 
 PIPE_COLOURS = {
     "MTE2": "#4c72b0", "MTE1": "#55a868", "CUBE": "#c44e52", "FIXP": "#8172b2",
@@ -72,7 +72,7 @@ def plot_pipe_busy(report) -> Figure:
 
 def _unwrap(obj):
     """(graph, report, optimized) of an OptimizedModel, a Report or a Graph (missing ones None)."""
-    from .graph import Graph
+    from ..capture.graph import Graph
 
     if isinstance(obj, Graph):
         return obj, None, None
@@ -367,7 +367,7 @@ def plot_memory_occupancy(optimized) -> Figure:
         raise ValueError("this report has no memory plan")
     reuse_plan = None
     if not plan.reuse and graph is not None:
-        from .passes.plan_memory import memory_plan
+        from ..analysis.memory_plan import memory_plan
 
         reuse_plan = memory_plan(graph, precision=plan.precision, reuse=True)
     live, no_reuse, reuse = _arena_curves(plan, reuse_plan)

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..graph import Graph
+from ..capture.graph import Graph
 from ..hw.chip import get_chip
-from ..model_cost import KernelCost, cost_graph
-from .base import Pass, PassContext, PassResult, register
+from ..kernels.cost import KernelCost, cost_graph
+from ..passes.base import Pass, PassContext, PassResult, register
 
 
 @dataclass(frozen=True)

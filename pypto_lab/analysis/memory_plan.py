@@ -44,9 +44,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ..graph import Graph, Node, TensorInfo
-from ..model_cost import kernels_of
-from .base import Pass, PassContext, PassResult, register
+from ..capture.graph import Graph, Node, TensorInfo
+from ..kernels.cost import kernels_of
+from ..passes.base import Pass, PassContext, PassResult, register
 
 ALIGN = 512  # bytes: Ascend's GM allocator aligns every block
 ELEMENT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}

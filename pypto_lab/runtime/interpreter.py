@@ -52,11 +52,11 @@ import torch.fx
 import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 
-from . import hw
-from .graph import Graph, Node
-from .hw import numerics
-from .hw.attention import default_attention_blocks
-from .ops import aten_name
+from .. import hw
+from ..capture.graph import Graph, Node
+from ..hw import numerics
+from ..hw.attention import default_attention_blocks
+from ..capture.catalogue import aten_name
 
 _TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 _STORAGE = {"fp16": "fp16", "bf16": "bf16", "int8": "fp16", "fp32": None}

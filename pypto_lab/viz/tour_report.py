@@ -24,8 +24,8 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from .fileio import write_text_atomic
-from .hw.chip import get_chip, list_chips
+from ..fileio import write_text_atomic
+from ..hw.chip import get_chip, list_chips
 
 DEFAULT_CHIPS = ("Ascend910A", "Ascend910B1")
 LEVEL_COLOURS = ("#8c8c8c", "#4c72b0", "#55a868", "#c44e52")
@@ -50,7 +50,7 @@ class Walkthrough:
 
     def load(self):
         if isinstance(self.model, str):
-            from .zoo import load_model
+            from ..capture.zoo import load_model
 
             return load_model(self.model, self.batch, self.seq)
         model, inputs = self.model(batch=self.batch, seq=self.seq)
@@ -87,7 +87,7 @@ def run_walkthroughs(walkthroughs: Sequence[Walkthrough] = DEFAULT_WALKTHROUGHS,
                      chips: Sequence[str] = DEFAULT_CHIPS, precision: str = "fp16",
                      progress: Callable[[str], None] | None = None) -> list[WalkthroughResult]:
     """Optimise every walkthrough's model at levels 0-3 on every chip."""
-    from .optimize import LEVELS, optimize
+    from ..optimize import LEVELS, optimize
 
     results = []
     for wt in walkthroughs:
@@ -281,7 +281,7 @@ def _figure(title: str, b64: str) -> str:
 
 
 def render_html(tour: TourReport) -> str:
-    from . import __version__
+    from .. import __version__
 
     out = [f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>pypto_lab tour</title>"
            f"<style>{_CSS}</style></head><body>",

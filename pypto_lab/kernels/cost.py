@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Any
 
-from .graph import Graph, Node
-from .hw.attention import simulate_attention
-from .hw.chip import Chip, get_chip
-from .hw.kernels import KernelReport, fuse_vector_ops, simulate_matmul, simulate_vector
-from .hw.tiling import CubeTile
+from ..capture.graph import Graph, Node
+from ..hw.attention import simulate_attention
+from ..hw.chip import Chip, get_chip
+from ..hw.kernels import KernelReport, fuse_vector_ops, simulate_matmul, simulate_vector
+from ..hw.tiling import CubeTile
 
 FIXPIPE_ACTIVATIONS = {"relu", "relu_"}
 # pypto_lab.quantization's int8 layers: always int8 on the Cube; the value is the index of their
@@ -93,7 +93,7 @@ def _shape(graph: Graph, name: str) -> tuple[int, ...]:
 def _gemm_dims(graph: Graph, node: Node) -> tuple[int, int, int, int]:
     """(batch, M, K, N) of a Cube node."""
     if node.target.startswith("pypto_lab_user."):  # a Cube custom op: its output is C, K from its flops
-        from .custom_ops import gemm_dims
+        from ..custom_ops import gemm_dims
         return gemm_dims(graph, node)
     op = node.op
     if op in ("conv2d", "convolution", "_convolution", "conv1d", "conv2d_int8"):
@@ -244,7 +244,7 @@ def cost_kernel(graph: Graph, nodes: list[Node], chip: Chip, precision: str = "f
         return _cost_host(graph, nodes[0], chip)
     custom = [n for n in nodes if n.target.startswith("pypto_lab_user.") and n.attrs.get("unit") != "cpu"]
     if custom:  # a user operator (`pypto_lab.custom_op`): costed from what it declared
-        from .custom_ops import cost_custom
+        from ..custom_ops import cost_custom
         return cost_custom(graph, nodes, custom[0], chip, precision)
     cube = [n for n in nodes if n.attrs.get("unit") == "cube"]
     composite = [n for n in nodes if n.attrs.get("unit") == "composite"]

@@ -112,7 +112,7 @@ def test_explorer_for_a_model_kernel_and_dashboard():
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 32))
     om = pypto_lab.optimize(model, torch.randn(8, 64), chip="Ascend910B1", level=3)
     k = next(k for k in om.report().kernels if k.unit == "cube")
-    assert k.reports[0].shape["epilogue"] == "gelu"          # the GELU rides the matmul's epilogue
+    assert k.reports[0].epilogue.activation == "gelu"        # the GELU rides the matmul's epilogue
     e = explorer_for_kernel(k)                               # and the explorer simulates it too
     assert e.tile == CubeTile(**k.reports[0].tile) and cycles_of(e) == round(k.reports[0].cycles)
     d = dashboard(om)

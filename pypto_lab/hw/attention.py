@@ -512,7 +512,7 @@ def simulate_attention(batch_heads: int, s_q: int, s_k: int, d: int, dtype: str 
     cycles = tl.total_cycles
     vec_cores = chip.vector_cores if chip.split_cores else chip.cube_cores
     return KernelReport(
-        name=label, chip=chip.name, unit="cube", dtype=dtype,
+        name=label, chip=chip, unit="cube", dtype=dtype,
         shape={"batch_heads": batch_heads, "s_q": s_q, "s_k": s_k, "d": d},
         tile={"block_q": block_q, "block_k": block_k}, double_buffer=double_buffer,
         cycles=cycles, time_us=chip.cycles_to_us(cycles),
@@ -566,7 +566,7 @@ def _unfused(chip: Chip, bh: int, s_q: int, s_k: int, d: int, dtype: str, double
     tile.update({f"softmax.{k}": v for k, v in sm.tile.items()})
     tile.update({f"pv.{k}": v for k, v in pv.tile.items()})
     return KernelReport(
-        name=label, chip=chip.name, unit="cube", dtype=dtype,
+        name=label, chip=chip, unit="cube", dtype=dtype,
         shape={"batch_heads": bh, "s_q": s_q, "s_k": s_k, "d": d}, tile=tile, double_buffer=double_buffer,
         cycles=cycles, time_us=sum(r.time_us for r in parts), flops=sum(r.flops for r in parts),
         gm_bytes=sum(r.gm_bytes for r in parts), min_gm_bytes=sum(r.min_gm_bytes for r in parts),

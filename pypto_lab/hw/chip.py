@@ -156,6 +156,9 @@ class Chip:
     path: str = field(default="", compare=False, repr=False)
     host_link_gbps: float = 0.0  # host<->device link, GB/s per direction (0: not given)
 
+    def __str__(self) -> str:
+        return self.name
+
     # ---- derived figures -------------------------------------------------------------
     @property
     def clock_hz(self) -> float:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .capabilities import EPILOGUE_NAMES, VECTOR_ACTIVATIONS, Epilogue, as_epilogue
 from .chip import DTYPE_BYTES, Chip, get_chip
 from .simulator import PingPong, Program, Timeline, simulate_chip
 from .tiling import (
@@ -39,7 +40,7 @@ class KernelReport:
     """The simulated cost of one kernel on one chip."""
 
     name: str
-    chip: str
+    chip: Chip                      # the chip it ran on (str(chip) is its name)
     unit: str                       # "cube" or "vector"
     dtype: str
     shape: dict[str, int]
@@ -58,6 +59,7 @@ class KernelReport:
     cube_utilization: float
     vector_utilization: float
     instructions: Timeline = field(repr=False)
+    epilogue: Epilogue | None = None  # a Cube kernel's epilogue (stages and the unit of each)
 
     @property
     def tflops(self) -> float:
@@ -69,7 +71,7 @@ class KernelReport:
 
     def to_dict(self, timeline_limit: int = 0) -> dict[str, Any]:
         d = {
-            "name": self.name, "chip": self.chip, "unit": self.unit, "dtype": self.dtype,
+            "name": self.name, "chip": self.chip.name, "unit": self.unit, "dtype": self.dtype,
             "shape": dict(self.shape), "tile": dict(self.tile), "double_buffer": self.double_buffer,
             "cycles": self.cycles, "time_us": self.time_us, "tflops": self.tflops, "flops": self.flops,
             "gm_bytes": self.gm_bytes, "min_gm_bytes": self.min_gm_bytes, "cores_used": self.cores_used,
@@ -157,11 +159,11 @@ def _group_by_program(assign: list[tuple]) -> dict[tuple, list[int]]:
 
 # ---- Cube kernel ----------------------------------------------------------------------------
 
-EPILOGUES = ("none", "bias", "relu", "bias_relu", "quant", "gelu", "vector")
+EPILOGUES = tuple(EPILOGUE_NAMES)  # the string forms simulate_matmul takes (or an Epilogue)
 
 
 def _cube_core_program(chip: Chip, blocks: list[tuple[int, int]], k: int, dtype: str, out_dtype: str,
-                       plan, rate_rd: float, rate_wr: float, hbm_share: float, epilogue: str) -> Program:
+                       plan, rate_rd: float, rate_wr: float, hbm_share: float, epilogue: Epilogue) -> Program:
     """The program of one cube core (template core 0; its vector cores 1, 2 on split chips)."""
     tile = plan.tile
     eb = DTYPE_BYTES[dtype]
@@ -173,7 +175,10 @@ def _cube_core_program(chip: Chip, blocks: list[tuple[int, int]], k: int, dtype:
     p_l0b = chip.data_path("L1_TO_L0B")
     cube_start = chip.cube.startup_cycles
     split = chip.split_cores
-    vector_epilogue = epilogue in ("gelu", "vector")
+    vector_epilogue = epilogue.on_vector
+    vector_ops = epilogue.vector_instructions()
+    fix_label = "+".join(s if s != "activation" else epilogue.activation for s in epilogue.stages
+                         if s in epilogue.fixpipe)
     prog = Program()
     l1 = PingPong(plan.slots["L1"])
     l0a = PingPong(plan.slots["L0A"])
@@ -223,17 +228,19 @@ def _cube_core_program(chip: Chip, blocks: list[tuple[int, int]], k: int, dtype:
             out_bytes = sm * sn * ob
             if split:
                 fix = _move(prog, 0, chip.data_path("L0C_TO_GM"), out_bytes,
-                            "fixpipe L0C->GM" + ("" if epilogue in ("none", "vector", "gelu") else f" +{epilogue}"),
-                            (last_mmad,), rate_wr)
+                            "fixpipe L0C->GM" + (f" +{fix_label}" if fix_label else ""), (last_mmad,), rate_wr)
                 pending.append(out_bytes)
                 l0c.release(c_slot, fix)
-                if vector_epilogue:
+                if vector_epilogue:  # a paired vector core reads C back, applies the stages, writes it again
                     aiv = 1 + aiv_turn
                     aiv_turn = 1 - aiv_turn
                     u_slot, u_free = ub.acquire()
                     ld = _move(prog, aiv, chip.data_path("GM_TO_UB"), out_bytes, "load C GM->UB", (fix, u_free),
                                rate_rd)
-                    v = _emit_vector_ops(prog, aiv, chip, _EPILOGUE_OPS[epilogue], sm * sn, out_dtype, (ld,))
+                    if epilogue.residual:
+                        ld = _move(prog, aiv, chip.data_path("GM_TO_UB"), out_bytes, "load residual GM->UB",
+                                   (ld, u_free), rate_rd)
+                    v = _emit_vector_ops(prog, aiv, chip, vector_ops, sm * sn, out_dtype, (ld,))
                     st = _move(prog, aiv, chip.data_path("UB_TO_GM"), out_bytes, "store C UB->GM", (v,), rate_wr)
                     _flush_writebacks(prog, aiv, [out_bytes], hbm_share)
                     ub.release(u_slot, st)
@@ -241,10 +248,14 @@ def _cube_core_program(chip: Chip, blocks: list[tuple[int, int]], k: int, dtype:
                 u_slot, u_free = ub.acquire()
                 drain = _move(prog, 0, chip.data_path("L0C_TO_UB"), sm * sn * acc_b, "L0C->UB", (last_mmad, u_free))
                 l0c.release(c_slot, drain)
-                ops = list(_EPILOGUE_OPS.get(epilogue, ()))
-                if out_dtype != chip.cube.accumulator[dtype]:
+                ready = (drain,)
+                if epilogue.residual:  # the residual tile comes GM -> UB beside the drained result
+                    ready = (drain, _move(prog, 0, chip.data_path("GM_TO_UB"), out_bytes, "load residual GM->UB",
+                                          (u_free,), rate_rd))
+                ops = list(vector_ops)
+                if out_dtype != chip.cube.accumulator[dtype] and not epilogue.converts:
                     ops.append(("VCONV", 1))
-                v = _emit_vector_ops(prog, 0, chip, ops, sm * sn, "fp32", (drain,)) if ops else drain
+                v = _emit_vector_ops(prog, 0, chip, ops, sm * sn, "fp32", ready) if ops else drain
                 st = _move(prog, 0, chip.data_path("UB_TO_GM"), out_bytes, "store C UB->GM", (v,), rate_wr)
                 pending.append(out_bytes)
                 ub.release(u_slot, st)
@@ -252,14 +263,6 @@ def _cube_core_program(chip: Chip, blocks: list[tuple[int, int]], k: int, dtype:
     return prog
 
 
-# vector instructions of the epilogues, (instruction, passes over the tile)
-_EPILOGUE_OPS = {
-    "none": (), "bias": (("VADD", 1),), "relu": (("VRELU", 1),), "bias_relu": (("VADDRELU", 1),),
-    "quant": (("VCONV", 1),),
-    # tanh-GELU: x^3, a*x^3 + x, scale, tanh via exp and division, (1 + t) * x / 2
-    "gelu": (("VMUL", 2), ("VMULS", 2), ("VADD", 2), ("VEXP", 1), ("VADDS", 2), ("VDIV", 1), ("VMUL", 1)),
-    "vector": (("VADD", 1),),
-}
 
 
 def _dtypes_key(instr: str, dtype: str) -> str:
@@ -304,15 +307,18 @@ def emit_repeats(prog: Program, core: int, chip: Chip, instr: str, timing, repea
 
 def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chip = "Ascend910B1",
                     tile: CubeTile | dict | None = None, double_buffer: bool = True,
-                    out_dtype: str | None = None, epilogue: str = "none", batch: int = 1,
+                    out_dtype: str | None = None, epilogue: Epilogue | str = "none", batch: int = 1,
                     name: str | None = None) -> KernelReport:
-    """Simulate ``C[m, n] = A[m, k] @ B[k, n]`` (``batch`` independent copies) on a Cube kernel."""
+    """Simulate ``C[m, n] = A[m, k] @ B[k, n]`` (``batch`` independent copies) on a Cube kernel.
+
+    ``epilogue`` is what happens to C between L0C and GM: an `Epilogue` (stages and the unit of
+    each, `pypto_lab.hw.capabilities.place_epilogue`) or one of the names in `EPILOGUES`, placed
+    for the chip. A residual epilogue reads one more tensor of C's shape from GM."""
     chip = get_chip(chip)
     for label, v in (("m", m), ("k", k), ("n", n), ("batch", batch)):
         if not isinstance(v, (int, np.integer)) or v <= 0:
             raise ValueError(f"matmul {label} = {v!r}: dimensions must be positive integers")
-    if epilogue not in EPILOGUES:
-        raise ValueError(f"epilogue {epilogue!r} is not known; choose one of {', '.join(EPILOGUES)}")
+    epilogue = as_epilogue(chip, epilogue)
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype {dtype!r} is not known; choose one of {', '.join(chip.cube.fractals)}")
     cube_fractal(chip, dtype)
@@ -337,7 +343,7 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
     per_core = _split_blocks(n_blocks, chip.cube_cores)
     active = len(per_core)
     k_steps = ceil_div(k, tile.k_l1)
-    vector_epilogue = epilogue in ("gelu", "vector") and chip.split_cores
+    vector_epilogue = epilogue.on_vector and chip.split_cores
 
     def traffic(core_blocks) -> tuple[float, float, float]:
         """GM bytes read, written, and touched for the first time (from HBM) by these blocks.
@@ -356,6 +362,9 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
             if vector_epilogue:
                 rd += out
                 wr += out
+            if epilogue.residual:
+                rd += out
+                first += out
         return rd, wr, first
 
     reads, writes, unique = traffic(blocks)
@@ -386,21 +395,22 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
         peak["UB"] = 2 * tile.m_l0 * tile.n_l0 * DTYPE_BYTES[chip.cube.accumulator[dtype]]
     return KernelReport(
         name=name or f"matmul {m}x{k}x{n}" + (f" x{batch}" if batch > 1 else ""),
-        chip=chip.name, unit="cube", dtype=dtype,
-        shape={"m": m, "k": k, "n": n, "batch": batch, "epilogue": epilogue}, tile=tile.to_dict(), double_buffer=double_buffer,
+        chip=chip, unit="cube", dtype=dtype,
+        shape={"m": m, "k": k, "n": n, "batch": batch, "epilogue": epilogue.label()}, tile=tile.to_dict(),
+        double_buffer=double_buffer,
         cycles=cycles, time_us=chip.cycles_to_us(cycles), flops=flops,
         gm_bytes=gm_bytes, min_gm_bytes=unique, cores_used=active,
         pipe_busy=tl.pipe_busy(busy_core), buffer_peak=peak,
         roofline_cycles=roof, bound="compute" if compute_cycles >= mem_cycles else "memory",
         cube_utilization=cube_util, vector_utilization=vec_busy / (cycles * vec_cores) if cycles else 0.0,
-        instructions=tl,
+        instructions=tl, epilogue=epilogue,
     )
 
 
 def simulate_conv2d(n: int, c_in: int, h: int, w: int, c_out: int, kernel: int | tuple = 3,
                     stride: int = 1, padding: int = 0, dtype: str = "fp16", chip: str | Chip = "Ascend910B1",
                     tile: CubeTile | dict | None = None, double_buffer: bool = True,
-                    epilogue: str = "none") -> KernelReport:
+                    epilogue: Epilogue | str = "none") -> KernelReport:
     """Convolution as implicit GEMM: M = N*Ho*Wo, K = C_in*kh*kw, N = C_out (img2col in L1)."""
     kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
     ho = (h + 2 * padding - kh) // stride + 1
@@ -449,7 +459,7 @@ VECTOR_OPS: dict[str, VectorOp] = {
     "copy": VectorOp(1, 1, (), flops_per_elem=0.0),  # data movement only: GM -> UB -> GM
     # inference BatchNorm: a per-channel scale and shift
     "batchnorm": VectorOp(1, 2, (("VMUL", 1), ("VADD", 1)), flops_per_elem=2),
-    "gelu": VectorOp(1, 3, _EPILOGUE_OPS["gelu"], flops_per_elem=8),
+    "gelu": VectorOp(1, 3, VECTOR_ACTIVATIONS["gelu"], flops_per_elem=8),
     "add_relu": VectorOp(2, 3, (("VADDRELU", 1),), flops_per_elem=2),
     # row reductions: a tree of element-wise max/add over the row, then one cross-lane step per row
     "sum": VectorOp(1, 2, (("VADD", 1),), (("VCADD", 1),), row_wise=True),
@@ -582,7 +592,7 @@ def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: s
     busy_core = int(np.argmax(tl.busy[:, 5]))
     return KernelReport(
         name=name or f"{op_name} {numel} {dtype}" + (f" (computed in {cdt})" if cdt != dtype else ""),
-        chip=chip.name, unit="vector", dtype=dtype,
+        chip=chip, unit="vector", dtype=dtype,
         shape={"numel": numel, "row_len": row_len or 0}, tile=tile.to_dict(), double_buffer=double_buffer,
         cycles=cycles, time_us=chip.cycles_to_us(cycles), flops=spec.flops_per_elem * numel,
         gm_bytes=gm_bytes, min_gm_bytes=gm_bytes, cores_used=active,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from .capabilities import Epilogue, as_epilogue
 from .chip import DTYPE_BYTES, Chip
 
 
@@ -107,12 +108,13 @@ def _fit_hint(chip: Chip, dtype: str, m: int, k: int, n: int) -> str:
 
 
 def plan_cube(chip: Chip, tile: CubeTile, dtype: str, m: int, k: int, n: int, double_buffer: bool = True,
-              epilogue: str = "none") -> CubePlan:
+              epilogue: Epilogue | str = "none") -> CubePlan:
     """Check a Cube tiling against the chip's rules and return its buffer plan.
 
     On chips with a BiasTable and a FixPipe buffer (AIC-C-220), a FixPipe bias needs ``n_l0``
     fp32 values in BT and a FixPipe (de)quantisation ``n_l0`` 8-byte scales in FB (PyPTO's rules).
     """
+    epilogue = as_epilogue(chip, epilogue)
     cube_fractal(chip, dtype)
     eb = DTYPE_BYTES[dtype]
     align_elems = 16 if dtype == "fp32" else 32 // eb
@@ -145,9 +147,9 @@ def plan_cube(chip: Chip, tile: CubeTile, dtype: str, m: int, k: int, n: int, do
             )
         slots[buf] = 2 if (double_buffer and 2 * nbytes <= cap) else 1
     side = {}
-    if "BT" in chip.buffers and epilogue in ("bias", "bias_relu"):
+    if "BT" in chip.buffers and "bias" in epilogue.fixpipe:
         side["BT"] = (tile.n_l0 * 4, "a FixPipe bias keeps n_l0 fp32 values in the BiasTable")
-    if "FB" in chip.buffers and epilogue == "quant":
+    if "FB" in chip.buffers and ({"dequant", "quant"} & epilogue.fixpipe):
         side["FB"] = (tile.n_l0 * 8, "FixPipe quantisation keeps n_l0 8-byte scales in the FixPipe buffer")
     for buf, (nbytes, why) in side.items():
         cap = chip.buffer(buf).size_bytes

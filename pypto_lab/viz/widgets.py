@@ -390,7 +390,7 @@ def explorer_for_kernel(kernel) -> _Explorer:
     if r.unit == "cube":
         m, k, n = (s["gemm_m"], s["gemm_k"], s["gemm_n"]) if "gemm_m" in s else (s["m"], s["k"], s["n"])
         return TilingExplorer(m, k, n, chip=r.chip, dtype=r.dtype, batch=s.get("batch", 1), tile=r.tile,
-                              double_buffer=r.double_buffer, epilogue=s.get("epilogue", "none"))
+                              double_buffer=r.double_buffer, epilogue=r.epilogue or "none")
     raise ValueError(f"{r.name} is a {r.unit} kernel: use vector_tiling_explorer(op, numel, row_len)")
 
 

@@ -4,9 +4,8 @@ The chip model lives in `pypto_lab.hw`; the functions below are the public entry
 """
 
 from . import amp, debug, nn, profiler, quantization, tuning
-from .runtime.compare import CompareError, Comparison, compare_tensors
-from .custom_ops import CustomOpError, custom_op
 from .capture import CaptureError, Graph, capture
+from .custom_ops import CustomOpError, custom_op
 from .hw.attention import simulate_attention
 from .hw.chip import ChipConfigError, get_chip, list_chips
 from .hw.kernels import KernelReport, simulate_conv2d, simulate_matmul, simulate_vector
@@ -19,6 +18,7 @@ from .optimize import (
     optimize,
     set_optimization_options,
 )
+from .runtime.compare import CompareError, Comparison, compare_tensors
 
 __version__ = "0.1.0"
 

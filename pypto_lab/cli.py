@@ -147,7 +147,7 @@ def cmd_compare(args) -> int:
     steps, prev = [], None
     for p in last.passes:
         change = "" if prev is None else f"{p.latency_us - prev:+,.1f}"
-        why = p.notes[0] if p.notes else ""
+        why = p.summary
         steps.append([p.name, f"{p.latency_us:,.1f}", change, p.kernel_count, why[:100] + ("..." if len(why) > 100 else "")])
         prev = p.latency_us
     print(_table(["after pass", "latency us", "change", "kernels", "what it did"], steps, aligns="lrrrl"))

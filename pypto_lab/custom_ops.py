@@ -14,8 +14,9 @@ function (see ``cost``). The decorated function is the reference implementation:
 runs it. The op is a ``torch.library`` custom op in the namespace ``pypto_lab_user`` (with a fake
 implementation that runs the reference on fake tensors, or returns a tensor shaped like the first
 input when that fails), so ``torch.export`` captures one node ``pypto_lab_user.<name>.default``;
-the operator catalogue (`pypto_lab.ops.lookup`) knows it, on the unit it was registered with,
-and `pypto_lab.model_cost` costs it from what was declared:
+the operator catalogue (`pypto_lab.capture.catalogue.lookup`) knows it, on the unit it was
+registered with, and `pypto_lab.kernels.custom` lowers it to a kernel spec and costs it from what
+was declared:
 
 * ``cost=fn`` (or a callable ``npu_func``): ``fn(*args, chip=chip)`` with the op's tensor
   arguments as meta tensors (shapes and dtypes only; ``chip`` only if ``fn`` takes it). It returns
@@ -36,52 +37,25 @@ operator of the catalogue (or a view), they are simulated as one fused Vector ke
 output (``x * 2``: one VMUL per tile). When the reference calls anything else (a sort, a
 matmul, an op the catalogue lacks), `pypto_lab.optimize` raises `CustomOpError` ("custom op 'x'
 has no cost: ...") naming what to pass.
+
+This module is the seed article's decorator: it registers the torch op, the declaration
+(`pypto_lab.kernels.custom.USER_OPS`) and the catalogue entry.
 """
 
 from __future__ import annotations
 
 import inspect
-import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from .capture.catalogue import CUSTOM, CUSTOM_NAMESPACE, NpuOp
+from .kernels.custom import UNITS, USER_OPS, CustomOpError, CustomOpSpec, lower_custom, spec_of
 
-UNITS = ("vector", "cube", "move")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class CustomOpError(ValueError):
-    """A custom operator cannot be registered or costed: the message names the rule and the fix."""
-
-
-@dataclass
-class CustomOpSpec:
-    """What was registered: the reference, the unit and the declared cost."""
-
-    name: str
-    fn: Callable
-    unit: str
-    flops: Any = None
-    bytes: Any = None
-    cost: Callable | None = None
-    npu_source: str = ""
-    schema: str = ""
-
-    @property
-    def qualified_name(self) -> str:
-        return f"{CUSTOM_NAMESPACE}::{self.name}"
-
-    @property
-    def has_cost(self) -> bool:
-        return self.cost is not None or self.flops is not None or self.bytes is not None
-
-
-_SPECS: dict[str, CustomOpSpec] = {}
+_SPECS = USER_OPS
 _OPS: dict[str, Any] = {}  # name -> torch CustomOpDef (registered once per process)
 
 _TYPES = {torch.Tensor: "Tensor", int: "SymInt", float: "float", bool: "bool", str: "str"}
@@ -201,7 +175,7 @@ def custom_op(npu_func: str | Callable | None = None, *, name: str | None = None
                             npu_func if isinstance(npu_func, str) else "", schema)
         op = _register_torch_op(op_name, schema)
         _SPECS[op_name] = spec
-        CUSTOM[op_name] = NpuOp(op_name, spec.unit, "")
+        CUSTOM[op_name] = NpuOp(op_name, spec.unit, "", custom=lower_custom)
         op.pypto_spec = spec
         op.__doc__ = fn.__doc__
         return op
@@ -209,193 +183,8 @@ def custom_op(npu_func: str | Callable | None = None, *, name: str | None = None
     return decorate
 
 
-def spec_of(target: str) -> CustomOpSpec | None:
-    """The registration of a captured target such as "pypto_lab_user.my_op.default"."""
-    if not target.startswith(CUSTOM_NAMESPACE + "."):
-        return None
-    return _SPECS.get(target.split(".")[1])
-
-
 def registered() -> dict[str, CustomOpSpec]:
     return dict(_SPECS)
-
-
-# ---- costing (called by pypto_lab.model_cost) ------------------------------------------------
-
-_TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-                 "int64": torch.int64, "int32": torch.int32, "int8": torch.int8, "bool": torch.bool,
-                 "uint8": torch.uint8, "float64": torch.float64, "int16": torch.int16}
-_GM_DTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "int8": torch.int8}
-
-
-def _meta_args(graph, node) -> list:
-    """The node's arguments with tensors as meta tensors (in the dtype GM holds them in)."""
-    dtype = _GM_DTYPE.get(node.attrs.get("dtype") or "")
-
-    def conv(a):
-        if isinstance(a, str) and a in node.inputs:
-            info = graph.info(a)
-            if info is not None:
-                return torch.empty(info.shape, dtype=dtype or _TORCH_DTYPES.get(info.dtype, torch.float32),
-                                   device="meta")
-        return a
-    return [conv(a) for a in node.args]
-
-
-def _number(spec: CustomOpSpec, label: str, value: Any, args: list) -> float:
-    if callable(value):
-        try:
-            value = value(*args)
-        except Exception as exc:
-            raise CustomOpError(f"custom op {spec.name!r}: its {label}= function failed on meta tensors of shapes "
-                                f"{[tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]}: "
-                                f"{type(exc).__name__}: {exc}. It gets the op's arguments as meta tensors (use "
-                                ".shape, .numel(), .element_size(), not values)") from exc
-    if isinstance(value, torch.Tensor):
-        value = float(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise CustomOpError(f"custom op {spec.name!r}: {label} = {value!r}; must be a finite number >= 0")
-    return float(value)
-
-
-def no_cost_message(name: str) -> str:
-    return (f"custom op {name!r} has no cost: the simulator cannot time it. Pass flops= and/or bytes= to "
-            f"@custom_op (e.g. flops=lambda x: x.numel(), bytes=lambda x: 2 * x.numel() * x.element_size()), "
-            "or cost=<function returning microseconds>")
-
-
-def _reference_vector_ops(spec: CustomOpSpec, args: list) -> list[str]:
-    """The Vector kernels of the reference implementation's ATen ops (traced on meta tensors),
-    when they are all element-wise or row-wise Vector ops (or views); otherwise a clear error."""
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    from .capture.catalogue import lookup
-
-    try:
-        traced = make_fx(spec.fn)(*args)
-    except Exception as exc:
-        raise CustomOpError(no_cost_message(spec.name) + f"; no cost could be derived from its reference either "
-                            f"(tracing it on meta tensors failed: {type(exc).__name__})") from exc
-    ops = []
-    for n in traced.graph.nodes:
-        if n.op != "call_function":
-            continue
-        entry = lookup(str(n.target))
-        if entry is None or entry.unit not in ("vector", "free"):
-            raise CustomOpError(no_cost_message(spec.name) + f"; no cost could be derived from its reference: it "
-                                f"calls {n.target}, which is not a Vector operator")
-        if entry.unit == "vector" and entry.vector_op:
-            ops.append(entry.vector_op)
-    return ops or ["copy"]
-
-
-def _cost_from_reference(spec: CustomOpSpec, graph, nodes, node, chip, args: list):
-    """No declared cost: cost the reference's ATen ops as one fused Vector kernel over the output."""
-    from .hw.kernels import fuse_vector_ops, simulate_vector
-    from .kernels.cost import KernelCost, _memo
-
-    ops = _reference_vector_ops(spec, args)
-    inputs = sum(1 for a in args if isinstance(a, torch.Tensor))
-    fused = fuse_vector_ops(ops, inputs)
-    out = node.outputs[0] if node.outputs else None
-    numel = max(1, out.numel if out is not None else 1)
-    gm_dtype = node.attrs.get("dtype") if node.attrs.get("dtype") in ("fp16", "bf16", "fp32") else "fp16"
-    row_len = out.shape[-1] if fused.row_wise and out is not None and out.shape else None
-    r = _memo(simulate_vector, chip, fused, numel, dtype=gm_dtype, row_len=row_len,
-              name=f"{spec.name} (cost from its reference: {'+'.join(ops)})")
-    return KernelCost(name=f"{spec.name}:{node.module or node.name}", unit="vector", nodes=[n.name for n in nodes],
-                      fused_ops=[n.target for n in nodes if n.attrs.get("unit") != "free"], cycles=r.cycles,
-                      time_us=r.time_us, gm_bytes=r.gm_bytes, tile=dict(r.tile), reports=[r],
-                      resources=("AIV",) if chip.split_cores else ("AI Core",))
-
-
-def gemm_dims(graph, node) -> tuple[int, int, int, int]:
-    """(batch, M, K, N) of a Cube custom op: its output is C, K gives the declared flops."""
-    spec = spec_of(node.target)
-    if spec is None:
-        raise CustomOpError(f"{node.target} is not a registered custom op")
-    if spec.flops is None:
-        raise CustomOpError(no_cost_message(spec.name))
-    out = node.outputs[0].shape if node.outputs else (1,)
-    m = max(1, math.prod(out[:-1]) if len(out) > 1 else 1)
-    n = max(1, out[-1] if out else 1)
-    flops = _number(spec, "flops", spec.flops, _meta_args(graph, node))
-    return 1, m, max(1, math.ceil(flops / (2 * m * n))), n
-
-
-def cost_custom(graph, nodes, node, chip, precision):
-    """The `KernelCost` of a kernel whose anchor is a custom op (see the module docstring)."""
-    from .hw.kernels import KernelReport, VectorOp, simulate_vector
-    from .kernels.cost import KernelCost, _cost_cube, _memo
-
-    spec = spec_of(node.target)
-    if spec is None:
-        raise CustomOpError(f"{node.target} was captured but is not registered in this process: run the "
-                            "@custom_op definition before optimize")
-    args = _meta_args(graph, node)
-    if not spec.has_cost:
-        return _cost_from_reference(spec, graph, nodes, node, chip, args)
-    label = f"{spec.name}:{node.module or node.name}"
-    split = chip.split_cores
-    resources = {"cube": ("AIC",), "vector": ("AIV",), "move": ("AIV",)}[spec.unit] if split else ("AI Core",)
-    if spec.cost is not None:
-        try:
-            params = inspect.signature(spec.cost).parameters
-            takes_chip = "chip" in params or any(p.kind == p.VAR_KEYWORD for p in params.values())
-        except (TypeError, ValueError):
-            takes_chip = False
-        try:
-            res = spec.cost(*args, chip=chip) if takes_chip else spec.cost(*args)
-        except Exception as exc:
-            raise CustomOpError(f"custom op {spec.name!r}: its cost function failed on meta tensors: "
-                                f"{type(exc).__name__}: {exc}") from exc
-        reports: list = []
-        gm = float(sum(o.nbytes for o in node.outputs) + sum(
-            a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor)))
-        if isinstance(res, KernelReport):
-            reports, time_us, cycles, gm = [res], res.time_us, res.cycles, res.gm_bytes
-        elif isinstance(res, dict) and ("time_us" in res or "cycles" in res):
-            if "time_us" in res:
-                time_us = _number(spec, "cost()['time_us']", res["time_us"], args)
-                cycles = time_us * chip.clock_mhz
-            else:
-                cycles = _number(spec, "cost()['cycles']", res["cycles"], args)
-                time_us = chip.cycles_to_us(cycles)
-            gm = _number(spec, "cost()['gm_bytes']", res.get("gm_bytes", gm), args)
-        elif isinstance(res, (int, float)) and not isinstance(res, bool):
-            time_us = _number(spec, "cost()", res, args)
-            cycles = time_us * chip.clock_mhz
-        else:
-            raise CustomOpError(f"custom op {spec.name!r}: its cost function returned {res!r}; return microseconds "
-                                "(a number), a dict with 'time_us' or 'cycles', or a KernelReport")
-        return KernelCost(name=label, unit=spec.unit, nodes=[n.name for n in nodes],
-                          fused_ops=[n.target for n in nodes if n.attrs.get("unit") != "free"], cycles=cycles,
-                          time_us=time_us, gm_bytes=gm, tile=dict(reports[0].tile) if reports else {},
-                          reports=reports, resources=resources)
-    if spec.unit == "cube":
-        reports = _cost_cube(graph, nodes, node, chip, precision)
-    else:
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        eb = _GM_DTYPE.get(node.attrs.get("dtype") or "", None)
-        eb = torch.empty((), dtype=eb).element_size() if eb is not None else (
-            tensors[0].element_size() if tensors else 4)
-        default_bytes = sum(t.numel() * t.element_size() for t in tensors) + sum(
-            o.numel * eb for o in node.outputs)
-        nbytes = _number(spec, "bytes", spec.bytes, args) if spec.bytes is not None else float(default_bytes)
-        elems = max(1, math.ceil(nbytes / (2 * eb)))  # read elems, write elems
-        flops = _number(spec, "flops", spec.flops, args) if spec.flops is not None and spec.unit == "vector" else 0.0
-        passes = math.ceil(flops / elems) if flops else 0
-        vop = VectorOp(1, 2, (("VMUL", passes),) if passes else (), flops_per_elem=float(passes))
-        gm_dtype = {1: "int8", 2: "fp16", 4: "fp32"}.get(eb, "fp16")
-        if node.attrs.get("dtype") == "bf16":
-            gm_dtype = "bf16"
-        reports = [_memo(simulate_vector, chip, vop, elems, dtype=gm_dtype, name=f"{spec.name} {elems} {gm_dtype}")]
-    unit = "cube" if spec.unit == "cube" else spec.unit
-    return KernelCost(name=label, unit=unit, nodes=[n.name for n in nodes],
-                      fused_ops=[n.target for n in nodes if n.attrs.get("unit") != "free"],
-                      cycles=sum(r.cycles for r in reports), time_us=sum(r.time_us for r in reports),
-                      gm_bytes=sum(r.gm_bytes for r in reports), tile=dict(reports[0].tile), reports=reports,
-                      resources=resources)
 
 
 __all__ = ["custom_op", "CustomOpError", "CustomOpSpec", "spec_of", "registered"]

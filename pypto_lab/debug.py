@@ -28,8 +28,9 @@ from typing import Any
 
 import torch
 
-from .runtime.compare import CompareError, Comparison, compare_tensors
 from .capture.catalogue import aten_name
+from .optimize import OptimizedModel
+from .runtime.compare import CompareError, Comparison, compare_tensors
 from .runtime.interpreter import Hook
 
 
@@ -41,7 +42,7 @@ class LayerComparison:
     name: str               # node name (same in the exported program and the project Graph)
     module: str             # module path, e.g. "layer1.0.conv1"
     op: str                 # ATen op, e.g. "conv2d"
-    kernel: str             # the fused kernel it belongs to (attrs["group"]) or its own name
+    kernel: str             # the fused kernel it belongs to (its group's anchor) or its own name
     accumulated: Comparison
     local: Comparison
     reference_node: str     # the reference node compared with (the BN's, for a folded conv)
@@ -95,8 +96,6 @@ def compare_layers(model: torch.nn.Module, optimized, inputs, rtol: float = 1e-2
                    relative_atol: bool = True, hook: Hook | None = None) -> LayerComparisons:
     """Every computing node of ``optimized`` (from ``pypto_lab.optimize(model, ...)``) on ``inputs``
     against the plain fp32 run of the same captured program, in graph order."""
-    from .optimize import OptimizedModel
-
     if not isinstance(optimized, OptimizedModel):
         raise CompareError(f"optimized must be what pypto_lab.optimize returns: got {type(optimized).__name__}; "
                            "call optimized = pypto_lab.optimize(model, example_inputs, ...) first")
@@ -114,7 +113,7 @@ def compare_layers(model: torch.nn.Module, optimized, inputs, rtol: float = 1e-2
     folded_ref = _folded_reference(rt)
     results = LayerComparisons()
     for gnode in _graph_order(rt):
-        if gnode.attrs.get("unit") == "free" or gnode.name not in npu:
+        if gnode.unit == "free" or gnode.name not in npu:
             continue
         ref_name = folded_ref.get(gnode.name, gnode.name)
         got, want, own = _tensors(npu[gnode.name]), _tensors(reference.get(ref_name)), _tensors(local[gnode.name])
@@ -123,7 +122,7 @@ def compare_layers(model: torch.nn.Module, optimized, inputs, rtol: float = 1e-2
         tol = atol * float(want[0].abs().max()) if relative_atol and want[0].numel() else atol
         results.append(LayerComparison(
             index=len(results), name=gnode.name, module=gnode.module, op=aten_name(gnode.target),
-            kernel=gnode.attrs.get("group") or gnode.name,
+            kernel=gnode.anchor,
             accumulated=compare_tensors(got[0], want[0], rtol=rtol, atol=tol, verbose=False),
             local=compare_tensors(own[0], want[0], rtol=rtol, atol=tol, verbose=False),
             reference_node=ref_name))
@@ -140,7 +139,7 @@ def _folded_reference(rt) -> dict[str, str]:
     """conv node -> the reference node holding conv + BN (the BN, or its getitem 0)."""
     out = {}
     for g in rt.graph.nodes:
-        bn = g.attrs.get("folded_bn")
+        bn = g.folded_bn.bn if g.folded_bn is not None else None
         if not bn or bn not in rt.fx_nodes:
             continue
         target = bn

@@ -6,7 +6,7 @@ device memory (GM) and so the peak memory its report shows.
   allocator in force; off (`disable_memory_pool`): every tensor gets its own buffer ("naive").
   Neither called: the ``memory_optimization`` option decides as before (reuse from level 2 on).
   Both switches set that option (`pypto_lab.set_optimization_options`).
-* allocators (`pypto_lab.passes.plan_memory`): "unified" (default; one arena for every tensor,
+* allocators (`pypto_lab.analysis.memory_plan`): "unified" (default; one arena for every tensor,
   best-fit reuse with coalescing), "caching" (a PyTorch/torch_npu-style caching allocator: sizes
   rounded up to 512 B or to 2 MiB multiples, freed blocks cached and reused whole, reserved memory
   never returned) and "naive" (no reuse).
@@ -14,63 +14,43 @@ device memory (GM) and so the peak memory its report shows.
 
 from __future__ import annotations
 
-from .analysis.memory_plan import ALLOCATORS
-
-_STATE = {"allocator": "unified"}
-
-
-class MemoryConfigError(ValueError):
-    """An unknown allocator: the message lists the known ones."""
+from . import options
+from .options import ALLOCATORS, MemoryConfigError
 
 
 def enable_memory_pool() -> None:
     """Reuse device buffers at every level, with the allocator `set_memory_allocator` chose."""
-    from .optimize import set_optimization_options
-
-    set_optimization_options({"memory_optimization": True})
+    options.set_optimization_options({"memory_optimization": True})
 
 
 def disable_memory_pool() -> None:
     """Give every tensor its own device buffer at every level (no reuse)."""
-    from .optimize import set_optimization_options
-
-    set_optimization_options({"memory_optimization": False})
+    options.set_optimization_options({"memory_optimization": False})
 
 
 def set_memory_allocator(name: str) -> str:
     """Choose the allocator `optimize` plans GM with: "unified", "caching" or "naive"; returns it."""
-    if name not in ALLOCATORS:
-        raise MemoryConfigError(f"memory allocator {name!r} is not known; choose one of "
-                                f"{', '.join(map(repr, ALLOCATORS))} ('unified': one best-fit arena, "
-                                "'caching': 2 MiB-rounded cached blocks, 'naive': no reuse)")
-    _STATE["allocator"] = name
-    return name
+    return options.set_allocator(name)
 
 
 def get_memory_allocator() -> str:
-    return _STATE["allocator"]
+    return options.get_allocator()
 
 
 def memory_pool_enabled() -> bool | None:
     """True/False after enable/disable_memory_pool (or the memory_optimization option); None: by level."""
-    from .optimize import get_optimization_options
-
-    return get_optimization_options()["memory_optimization"]
+    return options.get_optimization_options()["memory_optimization"]
 
 
 def plan_allocator(level: int) -> str:
     """The allocator `optimize` plans with at ``level``: naive without reuse, else the chosen one."""
-    pool = memory_pool_enabled()
-    reuse = level >= 2 if pool is None else bool(pool)
-    return get_memory_allocator() if reuse else "naive"
+    return options.current().plan_allocator(level)
 
 
 def reset_memory() -> None:
     """Back to the defaults: pool by level (memory_optimization None), allocator "unified"."""
-    from .optimize import set_optimization_options
-
-    set_optimization_options({"memory_optimization": None})
-    _STATE["allocator"] = "unified"
+    options.set_optimization_options({"memory_optimization": None})
+    options.set_allocator("unified")
 
 
 __all__ = ["ALLOCATORS", "MemoryConfigError", "disable_memory_pool", "enable_memory_pool", "get_memory_allocator",

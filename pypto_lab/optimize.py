@@ -1,7 +1,11 @@
 """`optimize(model, example_inputs, chip, level, precision)`: capture, run a pipeline of passes,
-cost every kernel on the simulated chip, and report.
+cost every kernel on the simulated chip, run the analyses, and report.
 
-Optimisation levels are named pipelines of registered passes:
+The chip is resolved once, here: a name or a TOML path becomes a `Chip`, and that object is what
+the passes (`PassContext.chip`), the costers, the report, the runtime, `auto_tune` and the profiler
+use, so a user's own preset is never swapped for a shipped one.
+
+Optimisation levels are `Pipeline`s of configured pass instances:
 
 * 0: op mapping, decomposition of composites (every primitive its own kernel), the naive
   128 x 128 / K-by-64 Cube tiling;
@@ -9,7 +13,7 @@ Optimisation levels are named pipelines of registered passes:
   attention, element-wise chain fusion; default tilings (roofline estimate);
 * 2: + device layouts NC1HWC0 / FRACTAL_NZ with the TransData they need, and GM buffer reuse;
 * 3: + tiling search with the simulator (`tune_tiling`) and scheduling on two streams, which
-  may change the order of computation (`schedule`; overlaps AIC-only and AIV-only kernels on 910B).
+  may change the order of computation (overlaps AIC-only and AIV-only kernels on 910B).
 
 Precision is its own option: the `mixed_precision` pass (fp32 kept for softmax, norms and
 reductions) and, at int8, `quantize_int8` run at every level.
@@ -17,70 +21,66 @@ reductions) and, at int8, `quantize_int8` run at every level.
 
 from __future__ import annotations
 
+import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
-from . import passes as _passes  # noqa: F401  (registers the passes)
+from .amp import autocast_precision
+from .analysis.memory_plan import memory_plan
+from .analysis.report import PassStep, Report
+from .analysis.schedule import schedule_kernels
 from .capture import Graph, capture
 from .hw.chip import Chip, get_chip
-from .kernels.cost import KernelCost, cost_graph
+from .kernels.costing import cost_kernels
+from .options import (
+    OPTION_DEFAULTS,
+    OptimizationOptions,
+    OptimizeError,
+    current,
+    get_optimization_options,
+    set_optimization_options,
+)
 from .passes import PassContext, PassManager, RecordSnapshots
-from .passes.op_mapping import fallbacks
-from .analysis.memory_plan import MemoryPlan, memory_plan
-from .analysis.schedule import Schedule, schedule_kernels
+from .passes.base import Pass
+from .passes.decompose import Decompose
+from .passes.fold_batchnorm import FoldBatchNorm
+from .passes.fuse_composites import FuseAttention, FuseLayerNorm
+from .passes.fuse_conv_bn_relu import FuseConvBnRelu
+from .passes.fuse_elementwise import FuseElementwise
+from .passes.layout import AssignLayout
+from .passes.mixed_precision import MixedPrecision
+from .passes.naive_tiling import NaiveTiling
+from .passes.op_mapping import MapOps, fallbacks
+from .passes.quantize_int8 import QuantizeInt8
+from .passes.tune_tiling import TuneTiling
+from .profiler import notify_run
+from .runtime.interpreter import Runtime
 
-_PRECISION = ["mixed_precision", "quantize_int8"]
-_FUSION = ["fold_batchnorm", "fuse_conv_bn_relu", "fuse_layernorm", "fuse_attention", "fuse_elementwise"]
-LEVELS: dict[int, list[str]] = {
-    0: ["map_ops", "decompose", *_PRECISION, "naive_tiling"],
-    1: ["map_ops", "decompose", *_FUSION, *_PRECISION],
-    # level 2 also plans GM with buffer reuse (see `optimize`)
-    2: ["map_ops", "decompose", *_FUSION, "layout", *_PRECISION],
-    3: ["map_ops", "decompose", *_FUSION, "layout", *_PRECISION, "tune_tiling", "schedule"],
+
+@dataclass(frozen=True)
+class Pipeline:
+    """One optimisation level: the passes in order, and how the schedule analysis runs its kernels
+    (``streams`` 1: in order; 2: as early as dependencies and free cores allow)."""
+
+    passes: tuple[Pass, ...]
+    streams: int = 1
+
+
+_PRECISION = (MixedPrecision(), QuantizeInt8())
+_FUSION = (FoldBatchNorm(), FuseConvBnRelu(), FuseLayerNorm(), FuseAttention(), FuseElementwise())
+LEVELS: dict[int, Pipeline] = {
+    0: Pipeline((MapOps(), Decompose(), *_PRECISION, NaiveTiling())),
+    1: Pipeline((MapOps(), Decompose(), *_FUSION, *_PRECISION)),
+    2: Pipeline((MapOps(), Decompose(), *_FUSION, AssignLayout(), *_PRECISION)),  # + GM buffer reuse
+    3: Pipeline((MapOps(), Decompose(), *_FUSION, AssignLayout(), *_PRECISION, TuneTiling()), streams=2),
 }
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 # the latest OptimizedModel made from each model (for calls that name the model, as the seed's
 # auto_tune(model, ...) does)
 LAST_OPTIMIZED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-class OptimizeError(ValueError):
-    """Bad arguments to `optimize`: the message names the value, the rule and a fix."""
-
-
-# The keys of the seed article's `pypto.set_optimization_options({...})`, with their defaults.
-OPTION_DEFAULTS: dict[str, Any] = {
-    "graph_optimization_level": 1,      # the level optimize() uses when none is given
-    "memory_optimization": None,        # GM buffer reuse; None: from level 2 on
-    "computation_optimization": True,   # recorded; the fusion passes are what computation optimisation is here
-    "communication_optimization": False,  # recorded; one chip, no collective communication is modelled
-    "auto_mixed_precision": True,       # precision when none is given: fp16 (True) or fp32 (False)
-    "kernel_launch_us": 0.0,            # fixed cost per kernel; no public figure, so 0 unless you set one
-}
-_OPTIONS: dict[str, Any] = dict(OPTION_DEFAULTS)
-
-
-def set_optimization_options(options: dict[str, Any]) -> dict[str, Any]:
-    """Set defaults for `optimize` with the keys the seed article uses; returns the options in force."""
-    unknown = sorted(set(options) - set(OPTION_DEFAULTS))
-    if unknown:
-        raise OptimizeError(f"unknown optimization option(s) {', '.join(map(repr, unknown))}; known: "
-                            f"{', '.join(OPTION_DEFAULTS)}")
-    level = options.get("graph_optimization_level", _OPTIONS["graph_optimization_level"])
-    if level not in (0, 1, 2, 3):
-        raise OptimizeError(f"graph_optimization_level {level!r}: levels are 0, 1, 2, 3")
-    launch = options.get("kernel_launch_us", 0.0)
-    if isinstance(launch, bool) or not isinstance(launch, (int, float)) or launch < 0:
-        raise OptimizeError(f"kernel_launch_us {launch!r}: must be a number of microseconds >= 0")
-    _OPTIONS.update(options)
-    return dict(_OPTIONS)
-
-
-def get_optimization_options() -> dict[str, Any]:
-    return dict(_OPTIONS)
 
 
 def resolve_precision(chip: Chip, precision: str) -> tuple[str, str]:
@@ -95,88 +95,37 @@ def resolve_precision(chip: Chip, precision: str) -> tuple[str, str]:
     raise OptimizeError(f"{chip.name}'s Cube does not compute {precision}; choose one of {', '.join(chip.cube.fractals)}")
 
 
-@dataclass
-class PassStep:
-    name: str
-    latency_us: float
-    kernel_count: int
-    notes: list[str]
-    gm_bytes: float = 0.0
+def build_report(model_name: str, chip: Chip, level: int, precision: str, cube_precision: str, batch: int,
+                 graph: Graph, snapshots: list, options: OptimizationOptions, notes: list[str]) -> Report:
+    """Cost every snapshot and the final graph, run the schedule and memory analyses, and report."""
+    pipeline = LEVELS[level]
+    launch = float(options.kernel_launch_us)
+    steps = []
+    for snap in snapshots:
+        if snap.name == "map_ops" or snap.modified:
+            kernels = cost_kernels(snap.graph, chip)
+            latency = schedule_kernels(snap.graph, kernels, False, launch).latency_us
+        steps.append(PassStep(snap.name, latency, len(kernels), snap.summary, snap.notes,
+                              sum(k.gm_bytes for k in kernels)))
+    kernels = cost_kernels(graph, chip)
+    schedule = schedule_kernels(graph, kernels, pipeline.streams > 1, launch)
+    if pipeline.streams > 1:
+        steps.append(PassStep("schedule", schedule.latency_us, len(kernels), schedule.summary(), (),
+                              sum(k.gm_bytes for k in kernels)))
+    plan = memory_plan(graph, precision=cube_precision, allocator=options.plan_allocator(level))
+    return Report(model_name, chip, level, precision, batch, kernels, steps, fallbacks(graph), plan, notes,
+                  schedule)
 
 
-@dataclass
-class Report:
-    """What the simulator says about one optimised model. Every figure comes from the chip model."""
-
-    model: str
-    chip: str
-    level: int
-    precision: str
-    batch: int
-    kernels: list[KernelCost]
-    passes: list[PassStep]
-    fallback_ops: list[str]
-    memory: MemoryPlan | None = None
-    notes: list[str] = field(default_factory=list)
-    schedule: Schedule | None = None
-
-    @property
-    def latency_us(self) -> float:
-        """End of the last kernel of the schedule (levels 0-2: the sum of kernel times)."""
-        return self.schedule.latency_us if self.schedule else sum(k.time_us for k in self.kernels)
-
-    @property
-    def throughput_per_s(self) -> float:
-        return self.batch / (self.latency_us * 1e-6) if self.latency_us else 0.0
-
-    @property
-    def gm_bytes(self) -> float:
-        return sum(k.gm_bytes for k in self.kernels)
-
-    @property
-    def peak_memory_bytes(self) -> int:
-        """Peak GM use of one run under this level's plan (no buffer reuse before level 2)."""
-        return int(self.memory.peak_bytes) if self.memory else 0
-
-    def utilization(self, unit: str) -> float:
-        """Time-weighted Cube or Vector utilisation over the model's kernels."""
-        total = sum(k.time_us for k in self.kernels if k.unit != "cpu")
-        if not total:
-            return 0.0
-        attr = "cube_utilization" if unit == "cube" else "vector_utilization"
-        return sum(getattr(r, attr) * r.time_us for k in self.kernels for r in k.reports) / total
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model, "chip": self.chip, "level": self.level, "precision": self.precision,
-            "batch": self.batch, "latency_us": self.latency_us, "throughput_per_s": self.throughput_per_s,
-            "kernel_count": len(self.kernels), "gm_bytes": self.gm_bytes,
-            "peak_memory_bytes": self.peak_memory_bytes,
-            "peak_memory_bytes_with_reuse": int(self.memory.peak_bytes_reuse) if self.memory else 0,
-            "cube_utilization": self.utilization("cube"), "vector_utilization": self.utilization("vector"),
-            "fallback_ops": list(self.fallback_ops), "kernels": [k.to_dict() for k in self.kernels],
-            "serial_us": sum(k.time_us for k in self.kernels),
-            "passes": [{"name": p.name, "latency_us": p.latency_us, "kernel_count": p.kernel_count,
-                        "gm_bytes": p.gm_bytes, "notes": list(p.notes)} for p in self.passes],
-            "notes": list(self.notes),
-        }
-
-    def table(self, top: int = 15) -> str:
-        rows = sorted(self.kernels, key=lambda k: -k.time_us)[:top]
-        width = max([len(k.name) for k in rows] + [6])
-        lines = [f"{self.model} on {self.chip}, level {self.level}, {self.precision}, batch {self.batch}",
-                 f"{'kernel':<{width}}  {'unit':<11}  {'time us':>9}  {'GM MB':>8}  fused ops"]
-        for k in rows:
-            ops = ", ".join(t.split(".")[1] if t.startswith("aten.") else t for t in k.fused_ops)
-            lines.append(f"{k.name:<{width}}  {k.unit:<11}  {k.time_us:9.1f}  {k.gm_bytes / 1e6:8.2f}  {ops}")
-        lines.append(f"total: {len(self.kernels)} kernels, {self.latency_us:,.1f} us, "
-                     f"{self.throughput_per_s:,.1f} samples/s, GM {self.gm_bytes / 1e6:,.1f} MB, "
-                     f"cube {self.utilization('cube'):.0%}, vector {self.utilization('vector'):.0%}, "
-                     f"peak memory {self.peak_memory_bytes / 1e6:,.1f} MB")
-        if self.fallback_ops:
-            lines.append(f"CPU fallbacks: {', '.join(self.fallback_ops)}")
-        lines.extend(f"note: {n}" for n in self.notes)
-        return "\n".join(lines)
+def recost(report: Report, graph: Graph, step: str, summary: str) -> Report:
+    """``report`` after ``graph``'s kernels changed (e.g. `auto_tune` retiled them): every kernel
+    costed again, the schedule run again the same way, one more waterfall step."""
+    kernels = cost_kernels(graph, report.chip)
+    old = report.schedule
+    schedule = schedule_kernels(graph, kernels, bool(old and old.concurrent), old.launch_us if old else 0.0)
+    row = PassStep(step, schedule.latency_us, len(kernels), summary, (), sum(k.gm_bytes for k in kernels))
+    return replace(report, kernels=kernels, schedule=schedule, passes=[*report.passes, row],
+                   notes=[*report.notes, summary])
 
 
 @dataclass
@@ -188,9 +137,9 @@ class OptimizedModel:
     wall time of the last call (the simulated NPU time is ``report().latency_us``)."""
 
     model: torch.nn.Module
-    graph: Graph
-    _report: Report
-    chip: Chip | None = field(default=None, repr=False)
+    graph: Graph | None
+    _report: Report | None
+    chip: Chip
     cube_precision: str = ""           # the Cube precision the passes ran with (after CANN's rule)
     last_cpu_us: float = field(default=0.0, repr=False)
     _runtime: Any = field(default=None, repr=False)
@@ -212,28 +161,20 @@ class OptimizedModel:
         self._deferred = None
 
     @property
-    def runtime(self):
+    def runtime(self) -> Runtime:
         """The interpreter of the exported program with this graph's numerics (built on first use)."""
         if self._runtime is None:
-            from .runtime.interpreter import Runtime
-
-            chip = self.chip or self._report.chip
-            precision = self.cube_precision or resolve_precision(get_chip(chip), self._report.precision)[0]
-            self._runtime = Runtime(self.model, self.graph, chip, precision)
+            self._runtime = Runtime(self.model, self.graph, self.chip, self.cube_precision)
         return self._runtime
 
     def __call__(self, *args, **kwargs):
-        import time
-
         if self._deferred is not None:
             self._optimize_now(args, kwargs)
         start = time.perf_counter()
         out = self.runtime.run(args, kwargs)
         cpu_us = (time.perf_counter() - start) * 1e6
         self.last_cpu_us = cpu_us
-        import importlib
-
-        importlib.import_module("pypto_lab.profiler").notify_run(self, args, cpu_us)
+        notify_run(self, args, cpu_us)
         return out
 
 
@@ -242,53 +183,58 @@ def _batch_of(example_inputs) -> int:
     return int(first.shape[0]) if isinstance(first, torch.Tensor) and first.dim() else 1
 
 
+def _check_level(level) -> None:
+    if isinstance(level, bool) or level not in LEVELS:
+        raise OptimizeError(f"level {level!r} is not known; levels are 0, 1, 2, 3 (see pypto_lab.optimize.LEVELS)")
+
+
+def _check_inputs(example_inputs) -> None:
+    inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    for i, x in enumerate(inputs):
+        if isinstance(x, torch.Tensor) and x.numel() == 0:
+            raise OptimizeError(f"example input {i} has shape {tuple(x.shape)}: an empty tensor (batch 0) has no "
+                                "work to simulate, so no latency can be reported; give at least one sample")
+
+
 def optimize(model: torch.nn.Module, example_inputs=None, chip: str | Chip = "Ascend910A", level: int | None = None,
              precision: str | None = None) -> OptimizedModel:
     """Capture ``model`` on ``example_inputs``, optimise it at ``level`` for ``chip`` and cost it.
 
-    ``level`` and ``precision`` default to `set_optimization_options`' graph_optimization_level
-    and auto_mixed_precision (fp16 when on, fp32 when off). Without ``example_inputs`` (the seed
+    ``chip`` is a shipped preset's name, the path of a preset file, or a `Chip`. ``level`` and
+    ``precision`` default to `set_optimization_options`' graph_optimization_level and
+    auto_mixed_precision (fp16 when on, fp32 when off). Without ``example_inputs`` (the seed
     article's ``pypto.optimize(model)``), capture waits for the first call: ``optimized(x)``
     optimises on ``x``'s shapes, then runs."""
+    chip = get_chip(chip)
+    if not isinstance(model, torch.nn.Module):
+        raise OptimizeError(f"optimize needs a torch.nn.Module, got {type(model).__name__}")
     if example_inputs is None:
-        if not isinstance(model, torch.nn.Module):
-            raise OptimizeError(f"optimize needs a torch.nn.Module, got {type(model).__name__}")
-        chip_obj = get_chip(chip)
-        if level is not None and (isinstance(level, bool) or level not in LEVELS):
-            raise OptimizeError(f"level {level!r} is not known; levels are 0, 1, 2, 3 (see pypto_lab.optimize.LEVELS)")
+        if level is not None:
+            _check_level(level)
         if precision is not None:
-            resolve_precision(chip_obj, precision)
-        lazy = OptimizedModel(model, None, None, chip=chip_obj,
-                              _deferred={"chip": chip_obj, "level": level, "precision": precision})
+            resolve_precision(chip, precision)
+        lazy = OptimizedModel(model, None, None, chip, _deferred={"chip": chip, "level": level, "precision": precision})
         LAST_OPTIMIZED[model] = lazy
         return lazy
-    chip = get_chip(chip)
+    options = current()
     if level is None:
-        level = _OPTIONS["graph_optimization_level"]
+        level = options.graph_optimization_level
     if precision is None:  # inside pypto_lab.amp.autocast (or an amp.initialize'd model): its dtype
-        from .amp import autocast_precision
-        precision = autocast_precision(model) or ("fp16" if _OPTIONS["auto_mixed_precision"] else "fp32")
-    if isinstance(level, bool) or level not in LEVELS:
-        raise OptimizeError(f"level {level!r} is not known; levels are 0, 1, 2, 3 (see pypto_lab.optimize.LEVELS)")
+        precision = autocast_precision(model) or ("fp16" if options.auto_mixed_precision else "fp32")
+    _check_level(level)
+    _check_inputs(example_inputs)
     cube_precision, note = resolve_precision(chip, precision)
     graph = capture(model, example_inputs)
     recorder = RecordSnapshots()
-    ctx = PassContext(chip=chip, precision=cube_precision, options=dict(_OPTIONS))
-    optimized = PassManager(LEVELS[level], [recorder]).run(graph, ctx)
-    launch = float(_OPTIONS.get("kernel_launch_us", 0.0) or 0.0)
-    steps = []
-    for snap in recorder.snapshots:
-        if snap.name == "map_ops" or snap.modified:
-            costs = cost_graph(snap.graph, chip, cube_precision)
-            sched = getattr(snap.graph, "schedule", None) or schedule_kernels(snap.graph, costs, False, launch)
-        steps.append(PassStep(snap.name, sched.latency_us, len(costs), snap.notes, sum(k.gm_bytes for k in costs)))
-    kernels = cost_graph(optimized, chip, cube_precision)
-    schedule = getattr(optimized, "schedule", None) or schedule_kernels(optimized, kernels, False, launch)
-    from .memory import plan_allocator  # memory_optimization / enable_memory_pool and set_memory_allocator
-
-    plan = memory_plan(optimized, precision=cube_precision, allocator=plan_allocator(level))
-    report = Report(graph.model_name, chip.name, level, precision, _batch_of(example_inputs), kernels, steps,
-                    fallbacks(optimized), plan, [note] if note else [], schedule)
-    result = OptimizedModel(model, optimized, report, chip=chip, cube_precision=cube_precision)
+    ctx = PassContext(chip, cube_precision, options)
+    optimized = PassManager(LEVELS[level].passes, [recorder]).run(graph, ctx)
+    report = build_report(graph.model_name, chip, level, precision, cube_precision, _batch_of(example_inputs),
+                          optimized, recorder.snapshots, options, [note] if note else [])
+    result = OptimizedModel(model, optimized, report, chip, cube_precision)
     LAST_OPTIMIZED[model] = result
     return result
+
+
+__all__ = ["LEVELS", "OPTION_DEFAULTS", "OptimizeError", "OptimizedModel", "PassStep", "Pipeline", "Report",
+           "build_report", "get_optimization_options", "optimize", "recost", "resolve_precision",
+           "set_optimization_options"]

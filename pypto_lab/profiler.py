@@ -18,8 +18,8 @@ Where the numbers come from (nothing is invented):
   split over kernels (the CPU computes the numerics; the NPU kernels are simulated). Its "NPU
   total" is the sum of its kernels' simulated times, as torch credits a CPU op with its kernels.
 * Input shapes come from the optimised graph; input dtypes are the ones the kernel reads (the
-  node's ``attrs["dtype"]`` set by the precision passes, else the run's precision for floating
-  tensors); formats from ``attrs["input_formats"]`` (the layout pass), else ND.
+  dtype its kernel's spec reads them in, else the run's precision for floating tensors); formats
+  from ``node.input_formats`` (the layout pass), else ND.
 * NPU memory of a kernel: the GM its outputs take (outputs read outside the kernel or returned),
   sized as the memory plan sizes them (run precision, 512-byte aligned). CPU memory of a call:
   the bytes of the graph outputs it returns (graph shapes and dtypes), not a measured allocation.
@@ -45,9 +45,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .fileio import write_text_atomic
-from .hw.chip import PIPES, get_chip
 from .analysis.memory_plan import ELEMENT_BYTES, FLOAT_DTYPES
+from .fileio import write_text_atomic
+from .hw.chip import PIPES
 
 CPU_EVENT_NAME = "optimized_model.__call__"
 DEFAULT_MAX_INSTRUCTION_EVENTS = 200_000
@@ -454,12 +454,12 @@ class profile:
             for e in self._events:
                 if e.device == "NPU":
                     by_run.setdefault(e.run, []).append(e)
-            chips = {name: i for i, name in enumerate(dict.fromkeys(r.chip for r in self._runs))}
+            chips = {c: i for i, c in enumerate(dict.fromkeys(id(r.chip) for r in self._runs))}
             named_cores: set[int] = set()
             budget = self.max_instruction_events
             for run in self._runs:
-                chip = get_chip(run.chip)
-                base = _CORE_PID_BASE + 1000 * chips[run.chip]
+                chip = run.chip
+                base = _CORE_PID_BASE + 1000 * chips[id(run.chip)]
                 for k, e, start, end in zip(run.kernels, by_run.get(run.index, []), run.starts, run.ends):
                     lane = next((i for i, t in enumerate(lanes) if t <= start + 1e-9), len(lanes))
                     if lane == len(lanes):
@@ -565,25 +565,25 @@ def _static_info(om, report) -> tuple[list[dict], int]:
     outputs = set(graph.outputs)
     precision = report.memory.precision if report.memory is not None else report.precision
     elem = ELEMENT_BYTES.get(precision, 4)
-    split = get_chip(report.chip).split_cores
+    split = report.chip.split_cores
     out = []
     for k in report.kernels:
         inside = set(k.nodes)
         knodes = [nodes[x] for x in k.nodes if x in nodes]
         shapes, dtypes, formats, seen = [], [], [], set()
         for n in knodes:
-            fmts = n.attrs.get("input_formats") or {}
+            fmts = n.input_formats
             for i in n.inputs:
                 if i in inside or i in seen:
                     continue
                 seen.add(i)
                 ti = info_of.get(i)
                 shapes.append(tuple(ti.shape) if ti is not None else ())
-                dtypes.append(_dtype_name(ti, n, precision))
-                formats.append(str(fmts.get(i, "ND")) if isinstance(fmts, dict) else "ND")
+                dtypes.append(_dtype_name(ti, _gm_dtype(k.spec) or precision))
+                formats.append(str(fmts.get(i, "ND")))
         memory = 0
         for n in knodes:
-            if n.attrs.get("unit") == "free" and "group" not in n.attrs:
+            if n.is_view:
                 continue
             if n.name in outputs or (readers.get(n.name, set()) - inside):
                 for o in n.outputs:
@@ -617,12 +617,17 @@ def _accelerator_core(k, split: bool) -> str:
     return "MIX_AIC" if "AIV" in res else "AI_CORE"
 
 
-def _dtype_name(ti, reader, precision: str) -> str:
+def _gm_dtype(spec) -> str | None:
+    """The dtype a kernel reads its floating inputs in (its spec's; a decomposed one's first part's)."""
+    parts = getattr(spec, "parts", None)
+    return getattr(parts[0] if parts else spec, "dtype", None)
+
+
+def _dtype_name(ti, dtype: str) -> str:
     if ti is None:
         return "UNDEFINED"
     if ti.dtype in FLOAT_DTYPES:
-        d = reader.attrs.get("dtype") or precision
-        return _ASCEND_DTYPES.get(d, d.upper())
+        return _ASCEND_DTYPES.get(dtype, dtype.upper())
     return _ASCEND_DTYPES.get(ti.dtype, ti.dtype.upper())
 
 

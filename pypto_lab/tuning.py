@@ -32,9 +32,9 @@ Results go to a JSON cache (``cache_path``, default ``~/.cache/pypto_lab/tuning.
 chip, batch, dims, dtype, epilogue and level, written atomically; a later run reuses an entry
 without simulating.
 
-`auto_tune` writes the tiles into ``optimized.graph`` (``attrs["tile"]`` of each Cube anchor,
-which `pypto_lab.model_cost` honours), recomputes the report and stores it in the
-OptimizedModel, so ``optimized.report()`` shows the tuned model; the returned `TuneResult` has
+`auto_tune` writes the tiles into ``optimized.graph`` (the ``tile`` of each `CubeKernel` spec,
+which the Cube coster obeys), recomputes the report on the chip the model was optimised for and
+stores it in the OptimizedModel, so ``optimized.report()`` shows the tuned model; the returned `TuneResult` has
 the rows, the new report (``result.report``) and a table.
 """
 
@@ -50,10 +50,13 @@ from typing import Any
 import numpy as np
 import torch
 from numba import njit
+from tqdm.auto import tqdm
 
 from .fileio import write_json_atomic
 from .hw.chip import DTYPE_BYTES, PIPE_INDEX, Chip, get_chip
-from .hw.tiling import CubeTile, _operand_align, cube_fractal, plan_cube
+from .hw.tiling import CubeTile, TilingError, _operand_align, cube_fractal, plan_cube
+from .kernels.cost import cost
+from .kernels.ir import CubeKernel
 
 LEVELS = {"fast": (4, 3), "normal": (16, 6), "exhaustive": (None, 24)}  # (simulations, patience)
 CONFIG_KEYS = ("level", "num_trials", "early_stop", "seed", "progress", "patience")
@@ -447,17 +450,20 @@ def _verify_order(screen: Screen, budget: int, seed: int) -> list[int]:
     return [int(i) for i in order[:head]] + rest
 
 
+def _screen_epilogue(spec: CubeKernel) -> str:
+    """The screen's name for what constrains a tiling in the epilogue: a FixPipe bias (BiasTable) or
+    (de)quantisation (FixPipe buffer)."""
+    fix = spec.epilogue.fixpipe
+    return "quant" if {"dequant", "quant"} & fix else ("bias" if "bias" in fix else "none")
+
+
 def auto_tune(optimized, tune_config: dict | None = None, cache_path: str | os.PathLike | None | bool = None):
     """Search the tilings of every Cube kernel of ``optimized`` (an `OptimizedModel`), apply the
     ones the simulator says are faster, recompute its report; returns a `TuneResult`."""
-    from .kernels.cost import _epilogue, cost_graph, cost_kernel, gemm_of, kernels_of
-    from .optimize import PassStep, get_optimization_options, resolve_precision
-    from .analysis.schedule import schedule_kernels
+    from .optimize import LAST_OPTIMIZED, recost  # module level once the screen lives in hw/ (no cycle then)
 
     cfg = _config(tune_config)
     if isinstance(optimized, torch.nn.Module):  # the seed's auto_tune(model, ...): its latest optimize()
-        from .optimize import LAST_OPTIMIZED
-
         latest = LAST_OPTIMIZED.get(optimized)
         if latest is None or latest.graph is None:
             raise TuneError(f"auto_tune got the {type(optimized).__name__} itself, and it has not been optimised "
@@ -465,12 +471,11 @@ def auto_tune(optimized, tune_config: dict | None = None, cache_path: str | os.P
                             "or auto_tune(om)")
         optimized = latest
     graph = getattr(optimized, "graph", None)
-    report = optimized.report() if getattr(optimized, "graph", None) is not None else None
+    report = optimized.report() if graph is not None else None
     if graph is None or report is None:
         raise TuneError(f"auto_tune needs the result of pypto_lab.optimize(model, inputs, ...), got "
                         f"{type(optimized).__name__}; run om = pypto_lab.optimize(...) and pass om")
-    chip = get_chip(report.chip)
-    precision = resolve_precision(chip, report.precision)[0]
+    chip = report.chip  # the Chip the model was optimised for (a user's own preset stays that preset)
     budget, patience = LEVELS[cfg["level"]]
     budget = cfg["num_trials"] if budget is None else min(budget, cfg["num_trials"])
     patience = cfg["patience"] or patience
@@ -484,55 +489,47 @@ def auto_tune(optimized, tune_config: dict | None = None, cache_path: str | os.P
         progress = sys.stderr.isatty()
 
     t0 = time.perf_counter()
-    groups: dict[str, list] = {}   # cache key -> [(nodes, anchor)]
-    info: dict[str, tuple] = {}
-    for nodes in kernels_of(graph):
-        cube = [x for x in nodes if x.attrs.get("unit") == "cube"]
-        if not cube:
+    groups: dict[str, list] = {}   # cache key -> the anchor nodes of identical Cube kernels
+    for node in graph.nodes:
+        spec = node.kernel
+        if not isinstance(spec, CubeKernel):
             continue
-        anchor = cube[0]
-        batch, m, k, n, dtype = gemm_of(graph, anchor, chip, precision)
-        epi = _epilogue(nodes, anchor)
-        extra = ("|q" if anchor.attrs.get("quantize_input") else "") + (
-            "|" + str(anchor.attrs["tile"]) if isinstance(anchor.attrs.get("tile"), CubeTile) else "")
-        key = cache_key(chip.name, batch, m, k, n, dtype, epi, cfg["level"], extra)
-        groups.setdefault(key, []).append((nodes, anchor))
-        info[key] = (batch, m, k, n, dtype, epi)
+        extra = ("|q" if spec.quantize_input else "") + (f"|{spec.tile}" if spec.tile is not None else "")
+        key = cache_key(f"{chip.name}@{chip.fingerprint}", spec.batch, spec.m, spec.k, spec.n, spec.dtype,
+                        spec.epilogue.label(), cfg["level"], extra)
+        groups.setdefault(key, []).append(node)
 
     rows: list[TuneRow] = []
     sims = screened = 0
     bar = None
     if progress:
-        from tqdm.auto import tqdm
         bar = tqdm(total=len(groups), desc="auto_tune", unit="kernel")
     try:
         for key, members in groups.items():
-            nodes, anchor = members[0]
-            batch, m, k, n, dtype, epi = info[key]
-            name = f"{anchor.attrs.get('npu_op', anchor.op)}:{anchor.module or anchor.name}"
-            current = anchor.attrs.get("tile")
+            anchor = members[0]
+            spec = anchor.kernel
+            name = f"{anchor.npu.name}:{anchor.module or anchor.name}"
             hit = cache.get(key)
             if hit is not None:
                 tile = CubeTile(**hit["tile"]) if hit.get("tile") else None
                 row = TuneRow(name, float(hit["default_us"]), float(hit["tuned_us"]), tile,
                               int(hit.get("candidates", 0)), 0, True, len(members))
             else:
-                default_us = best_us = cost_kernel(graph, nodes, chip, precision).time_us
+                default_us = best_us = cost(spec, chip).time_us
                 best = None
-                out_dtype = "fp16" if dtype == "int8" else None
-                scr = screen_space(chip, m, k, n, dtype, batch, epi, out_dtype, full=cfg["level"] != "fast")
+                scr = screen_space(chip, spec.m, spec.k, spec.n, spec.dtype, spec.batch, _screen_epilogue(spec),
+                                   spec.out_dtype, full=cfg["level"] != "fast")
                 screened += scr.count
                 trials = stale = 0
                 for i in _verify_order(scr, budget, cfg["seed"]):
                     tile = scr.tile(i)
-                    if tile == current:
+                    if tile == spec.tile:
                         continue
                     try:
-                        plan_cube(chip, tile, dtype, m, k, n, True, epi)
-                    except Exception:
+                        plan_cube(chip, tile, spec.dtype, spec.m, spec.k, spec.n, True, spec.epilogue)
+                    except TilingError:
                         continue
-                    anchor.attrs["tile"] = tile
-                    t = cost_kernel(graph, nodes, chip, precision).time_us
+                    t = cost(replace(spec, tile=tile), chip).time_us
                     trials += 1
                     if t < best_us * (1 - 1e-9):
                         best, best_us, stale = tile, t, 0
@@ -540,14 +537,13 @@ def auto_tune(optimized, tune_config: dict | None = None, cache_path: str | os.P
                         stale += 1
                     if cfg["early_stop"] and stale >= patience:
                         break
-                _restore(anchor, current)
                 sims += trials
                 row = TuneRow(name, default_us, best_us, best, scr.count, trials, False, len(members))
                 cache[key] = {"tile": best.to_dict() if best else None, "default_us": default_us,
                               "tuned_us": best_us, "candidates": scr.count, "trials": trials}
-            for _, a in members:
-                if row.tile is not None:
-                    a.attrs["tile"] = row.tile
+            if row.tile is not None:
+                for a in members:
+                    a.kernel = replace(a.kernel, tile=row.tile)
             rows.append(row)
             if bar is not None:
                 bar.update(1)
@@ -557,31 +553,16 @@ def auto_tune(optimized, tune_config: dict | None = None, cache_path: str | os.P
     if path is not None and sims:
         write_json_atomic(path, {"version": CACHE_VERSION, "entries": cache})
 
-    kernels = cost_graph(graph, chip, precision)
-    launch = float(get_optimization_options().get("kernel_launch_us", 0.0) or 0.0)
-    concurrent = getattr(graph, "schedule", None) is not None
-    schedule = schedule_kernels(graph, kernels, concurrent, launch)
-    if concurrent:
-        graph.schedule = schedule
     tuned = sum(r.count for r in rows if r.tile is not None)
     note = (f"auto_tune ({cfg['level']}): {tuned} Cube kernels retiled, "
             f"{sum(r.count for r in rows) - tuned} keep their tiling")
-    step = PassStep("auto_tune", schedule.latency_us, len(kernels), [note], sum(c.gm_bytes for c in kernels))
-    new_report = replace(report, kernels=kernels, schedule=schedule, passes=[*report.passes, step],
-                         notes=[*report.notes, note])
+    new_report = recost(report, graph, "auto_tune", note)
     try:
         optimized._report = new_report
     except AttributeError:  # an OptimizedModel without a settable report: the result still has it
         pass
     return TuneResult(rows, new_report, cfg["level"], time.perf_counter() - t0, sims, screened,
                       str(path) if path is not None else None, [note])
-
-
-def _restore(anchor, current) -> None:
-    if isinstance(current, CubeTile):
-        anchor.attrs["tile"] = current
-    else:
-        anchor.attrs.pop("tile", None)
 
 
 def best_screened(chip: str | Chip, m: int, k: int, n: int, dtype: str = "fp16", top: int = 5) -> list[CubeTile]:

@@ -1,11 +1,15 @@
 """Capture with torch.export, the operator catalogue and the pass infrastructure."""
 
+from dataclasses import FrozenInstanceError, dataclass
+from typing import ClassVar
+
 import pytest
 import torch
 import torch.nn as nn
 import torchvision
 
 from pypto_lab.capture import CaptureError, capture
+from pypto_lab.hw.chip import get_chip
 from pypto_lab.passes import (
     Pass,
     PassContext,
@@ -46,17 +50,17 @@ def test_capture_is_cached_per_model_and_shapes():
     a = capture(model, torch.randn(1, 3, 64, 64))
     b = capture(model, torch.randn(1, 3, 64, 64))
     assert a is not b and [n.name for n in a.nodes] == [n.name for n in b.nodes]
-    a.nodes[0].attrs["touched"] = True
-    assert "touched" not in capture(model, torch.randn(1, 3, 64, 64)).nodes[0].attrs  # a copy each time
+    a.nodes[0].fused_by = "touched"
+    assert capture(model, torch.randn(1, 3, 64, 64)).nodes[0].fused_by == ""  # a copy each time
     c = capture(model, torch.randn(2, 3, 64, 64))
     assert c.nodes[0].outputs[0].shape[0] == 2
 
 
 def test_every_resnet50_and_encoder_op_is_in_the_catalogue(resnet50_graph, encoder):
     for g in (resnet50_graph, capture(encoder, torch.randn(2, 16, 64))):
-        mapped = PassManager(["map_ops"]).run(g, PassContext())
+        mapped = PassManager(["map_ops"]).run(g, PassContext(get_chip("Ascend910A")))
         assert fallbacks(mapped) == []
-        units = {n.attrs["unit"] for n in mapped.nodes}
+        units = {n.unit for n in mapped.nodes}
         assert "cube" in units and "vector" in units
 
 
@@ -68,7 +72,8 @@ def test_unknown_op_falls_back_to_the_cpu_lane():
     g = capture(Odd(), torch.randn(4, 4))
     result = get_pass("map_ops")(g)
     assert fallbacks(result.graph) == ["aten.special_i0.default"]
-    assert any("falls back to the CPU lane" in note for note in result.notes)
+    assert any("falls back to the CPU lane" in note.reason and note.node == "special_i0" for note in result.notes)
+    assert result.graph.node("special_i0").kernel.bytes_in == 4 * 4 * 4   # a host kernel: bytes over the link
 
 
 def test_data_dependent_shapes_get_a_clear_error():
@@ -91,21 +96,26 @@ def test_data_dependent_shapes_get_a_clear_error():
 
 def test_pass_manager_checks_order_and_calls_instruments(resnet50_graph):
     @register
+    @dataclass(frozen=True)
     class CountConvs(Pass):
-        name = "test_count_convs"
-        requires = ("map_ops",)
+        name: ClassVar[str] = "test_count_convs"
+        requires: ClassVar[tuple[str, ...]] = ("map_ops",)
+        op: str = "Conv2D"                      # a typed option
 
-        def run(self, graph, ctx):
-            convs = [n for n in graph.nodes if n.attrs.get("npu_op") == "Conv2D"]
-            return PassResult(graph, modified=False, notes=[f"{len(convs)} convolutions"])
+        def apply(self, graph, ctx):
+            convs = [n for n in graph.nodes if n.npu.name == self.op]
+            return PassResult(graph, modified=False, summary=f"{len(convs)} convolutions")
 
     with pytest.raises(PassOrderError, match="'test_count_convs' requires 'map_ops'"):
         PassManager(["test_count_convs", "map_ops"])
     rec = RecordSnapshots()
     PassManager(["map_ops", "test_count_convs"], [rec]).run(resnet50_graph)
     assert [s.name for s in rec.snapshots] == ["map_ops", "test_count_convs"]
-    assert rec.snapshots[1].notes == ["53 convolutions"] and not rec.snapshots[1].modified
-    assert "npu_op" not in resnet50_graph.nodes[0].attrs  # passes work on copies
+    assert rec.snapshots[1].summary == "53 convolutions" and not rec.snapshots[1].modified
+    assert resnet50_graph.nodes[0].npu is None  # passes work on copies
+    assert get_pass("test_count_convs", op="MatMulV2") == CountConvs("MatMulV2")  # passes are values
+    with pytest.raises(FrozenInstanceError):
+        CountConvs().op = "Relu"
     with pytest.raises(KeyError, match="no pass named 'fuse_everything'"):
         get_pass("fuse_everything")
 

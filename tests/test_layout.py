@@ -6,8 +6,12 @@ import torch.nn as nn
 import torchvision
 
 from pypto_lab.capture import Graph, Node, TensorInfo, Value, capture
-from pypto_lab.kernels.cost import cost_graph, kernels_of
-from pypto_lab.passes import PassManager, RecordSnapshots, get_pass
+from pypto_lab.capture.catalogue import lookup
+from pypto_lab.hw.chip import get_chip
+from pypto_lab.kernels.costing import cost_kernels
+from pypto_lab.kernels.ir import TransDataKernel
+from pypto_lab.kernels.lower import kernels_of, lower
+from pypto_lab.passes import PassContext, PassManager, RecordSnapshots, get_pass
 from pypto_lab.passes.layout import NC1HWC0, ND, NZ, TRANSDATA, transdata_node
 
 LEVEL1 = ["map_ops", "decompose", "fold_batchnorm", "fuse_conv_bn_relu", "fuse_layernorm", "fuse_attention",
@@ -15,10 +19,20 @@ LEVEL1 = ["map_ops", "decompose", "fold_batchnorm", "fuse_conv_bn_relu", "fuse_l
 LEVEL2 = LEVEL1 + ["layout"]
 
 
-def run(graph, names):
+A910 = PassContext(get_chip("Ascend910A"))  # whose Cube reads matmul operands in FRACTAL_NZ
+
+
+def run(graph, names, ctx=A910):
     rec = RecordSnapshots()
-    out = PassManager(names, [rec]).run(graph)
+    out = PassManager(names, [rec]).run(graph, ctx)
     return out, rec.snapshots[-1]
+
+
+def mapped(graph, node):
+    """``node`` as map_ops leaves it: its catalogue entry and its own kernel's spec."""
+    node.npu = lookup(node.target)
+    node.kernel = lower(graph, node, A910.chip, "fp16")
+    return node
 
 
 def transdatas(graph):
@@ -28,7 +42,7 @@ def transdatas(graph):
 def kinds(graph):
     out = {}
     for n in transdatas(graph):
-        key = (n.attrs["src_format"], n.attrs["dst_format"])
+        key = (n.kernel.src_format, n.kernel.dst_format)
         out[key] = out.get(key, 0) + 1
     return out
 
@@ -65,12 +79,12 @@ def assert_consistent(graph):
     """Each node's input formats are what it reads: TransData read their src format, and every
     activation a node reads is recorded in the format its producer gives."""
     fmt = {name: ND for name in graph.values}
-    fmt.update({n.name: n.attrs["format"] for n in graph.nodes})
+    fmt.update({n.name: n.format for n in graph.nodes})
     for n in graph.nodes:
         if n.target == TRANSDATA:
-            assert fmt[n.inputs[0]] == n.attrs["src_format"] != n.attrs["dst_format"]
+            assert fmt[n.inputs[0]] == n.kernel.src_format != n.kernel.dst_format
         else:
-            for i, f in n.attrs["input_formats"].items():
+            for i, f in n.input_formats.items():
                 assert fmt[i] == f
     assert all(fmt[o] == ND for o in graph.outputs)
 
@@ -101,9 +115,9 @@ def test_resnet50_converts_only_at_the_edges(resnet50):
     assert [r.op for r in readers(g, to_nd.name)] == ["flatten"]
     assert g.node(to_nz.inputs[0]).op == "flatten" and [r.op for r in readers(g, to_nz.name)] == ["linear"]
     assert g.node(out.inputs[0]).op == "linear" and g.outputs == [out.name]
-    assert snap.notes[0] == ("inserted 4 TransData (ND->NC1HWC0 1, NC1HWC0->ND 1, ND->FRACTAL_NZ 1, "
-                             "FRACTAL_NZ->ND 1), removed 0 redundant pairs")
-    assert any("offline" in n for n in snap.notes)  # weights: no TransData in the graph
+    assert snap.summary == ("inserted 4 TransData (ND->NC1HWC0 1, NC1HWC0->ND 1, ND->FRACTAL_NZ 1, "
+                            "FRACTAL_NZ->ND 1), removed 0 redundant pairs")
+    assert any("offline" in n.reason for n in snap.notes)  # weights: no TransData in the graph
     assert all(v.kind == "input" for td in transdatas(g) for v in [g.values.get(td.inputs[0])] if v)
 
 
@@ -112,22 +126,23 @@ def test_resnet50_formats_and_order(resnet50):
     assert_topological(g)
     assert_consistent(g)
     convs = [n for n in g.nodes if n.op == "conv2d"]
-    assert len(convs) == 53 and all(c.attrs["format"] == NC1HWC0 for c in convs)
+    assert len(convs) == 53 and all(c.format == NC1HWC0 for c in convs)
+    assert all(c.kernel.a_format == c.kernel.c_format == NC1HWC0 for c in convs)  # the Cube specs say so too
     # no conversion between consecutive convs: every conv reads NC1HWC0 straight from its producer
     for c in convs[1:]:
         assert g.node(c.inputs[0]).target != TRANSDATA
-        assert c.attrs["input_formats"][c.inputs[0]] == NC1HWC0
-    assert g.node("linear").attrs["format"] == NZ
+        assert c.input_formats[c.inputs[0]] == NC1HWC0
+    assert g.node("linear").format == NZ and g.node("linear").kernel.a_format == NZ
     # TransData are data-movement kernels of their own, costed like copies
-    td_kernels = [k for k in kernels_of(g) if k[0].target == TRANSDATA]
-    assert len(td_kernels) == 4 and all(len(k) == 1 for k in td_kernels)
-    costs = [k for k in cost_graph(g, "Ascend910A") if k.name.startswith("TransData:transdata")]
+    td_kernels = [k for k in kernels_of(g) if isinstance(k.spec, TransDataKernel)]
+    assert len(td_kernels) == 4 and all(len(k.nodes) == 1 for k in td_kernels)
+    costs = [k for k in cost_kernels(g, A910.chip) if k.name.startswith("TransData:transdata")]
     assert len(costs) == 4 and all(k.unit == "move" and k.time_us > 0 for k in costs)
 
 
 def test_layout_is_idempotent(resnet50):
     g, _ = resnet50
-    again = get_pass("layout")(g)
+    again = get_pass("layout")(g, A910)
     assert not again.modified and len(again.graph.nodes) == len(g.nodes)
     assert again.graph.outputs == g.outputs
 
@@ -141,20 +156,20 @@ def test_encoder_converts_around_matmuls(encoder):
     assert_topological(g)
     assert_consistent(g)
     assert kinds(g) == {(ND, NZ): 6, (NZ, ND): 6}
-    assert snap.notes[0] == "inserted 12 TransData (ND->FRACTAL_NZ 6, FRACTAL_NZ->ND 6), removed 0 redundant pairs"
+    assert snap.summary == "inserted 12 TransData (ND->FRACTAL_NZ 6, FRACTAL_NZ->ND 6), removed 0 redundant pairs"
     for n in g.nodes:
         if n.op in ("layer_norm", "scaled_dot_product_attention", "view", "reshape", "transpose", "unflatten"):
-            assert n.attrs["format"] == ND and set(n.attrs["input_formats"].values()) <= {ND}, n.name
+            assert n.format == ND and set(n.input_formats.values()) <= {ND}, n.name
         if n.op == "linear":
-            assert n.attrs["format"] == NZ and n.attrs["input_formats"][n.inputs[0]] == NZ
+            assert n.format == NZ and n.input_formats[n.inputs[0]] == NZ
     # what each ND -> NZ conversion feeds a linear from: the layers' input views and norm1
-    fed = sorted(g.node(td.inputs[0]).op for td in transdatas(g) if td.attrs["dst_format"] == NZ)
+    fed = sorted(g.node(td.inputs[0]).op for td in transdatas(g) if td.kernel.dst_format == NZ)
     assert fed == ["layer_norm", "layer_norm", "reshape", "reshape", "transpose", "transpose"]
     # linear2 reads ReLU's NZ output through dropout: no TransData in between
     linear2 = [n for n in g.nodes if n.module.endswith("linear2")]
     assert linear2 and all(g.node(n.inputs[0]).target != TRANSDATA for n in linear2)
     # one TransData per (tensor, format), shared: no two convert the same tensor to the same format
-    keys = [(n.inputs[0], n.attrs["dst_format"]) for n in transdatas(g)]
+    keys = [(n.inputs[0], n.kernel.dst_format) for n in transdatas(g)]
     assert len(keys) == len(set(keys))
 
 
@@ -163,28 +178,29 @@ def _hand_graph():
     values = {"x": Value("x", "input", info)}
     a = transdata_node("td_a", "x", info, ND, NZ)
     b = transdata_node("td_b", "td_a", info, NZ, ND)
-    relu = Node("relu", "aten.relu.default", ["td_b"], ("td_b",), {}, [info],
-                attrs={"unit": "vector", "npu_op": "Relu", "vector_op": "relu"})
-    return Graph(values, [a, b, relu], ["relu"], "hand")
+    relu = Node("relu", "aten.relu.default", ["td_b"], ("td_b",), {}, [info])
+    g = Graph(values, [a, b, relu], ["relu"], "hand")
+    mapped(g, relu)
+    return g
 
 
 def test_round_trip_pair_is_removed():
-    result = get_pass("layout")(_hand_graph())
+    result = get_pass("layout")(_hand_graph(), A910)
     g = result.graph
     assert [n.name for n in g.nodes] == ["relu"]
     assert g.node("relu").inputs == ["x"] and g.node("relu").args == ("x",)
-    assert g.node("relu").attrs["format"] == ND
-    assert result.modified and result.notes[0] == "inserted 0 TransData, removed 1 redundant pairs"
+    assert g.node("relu").format == ND
+    assert result.modified and result.summary == "inserted 0 TransData, removed 1 redundant pairs"
 
 
 def test_round_trip_keeps_first_when_read_elsewhere():
     g = _hand_graph()
     info = g.values["x"].info
-    g.nodes.append(Node("mm", "aten.mm.default", ["td_a", "w"], ("td_a", "w"), {}, [info],
-                        attrs={"unit": "cube", "npu_op": "MatMulV2", "vector_op": ""}))
     g.values["w"] = Value("w", "param", TensorInfo((64, 64), "float16"), "w")
+    g.nodes.append(Node("mm", "aten.mm.default", ["td_a", "w"], ("td_a", "w"), {}, [info]))
+    mapped(g, g.nodes[-1])
     g.outputs = ["relu", "mm"]
-    out = get_pass("layout")(g).graph
+    out = get_pass("layout")(g, A910).graph
     assert_topological(out)
     assert [n.name for n in out.nodes][:3] == ["td_a", "relu", "mm"]
     assert out.node("relu").inputs == ["x"] and out.node("mm").inputs == ["td_a", "w"]
@@ -199,14 +215,27 @@ def test_layer_norm_keeps_nz_when_its_last_two_axes_are_multiples_of_16(width, t
     # 64 wide: ND in, NZ through linear -> LayerNorm -> linear, ND out; 24 wide: LayerNorm needs ND
     assert kinds(out) == transdata
     ln = next(n for n in out.nodes if n.op in ("layer_norm", "native_layer_norm"))
-    assert ln.attrs["format"] == (NZ if width == 64 else ND)
+    assert ln.format == (NZ if width == 64 else ND)
 
 
 def test_910b_matmuls_read_and_write_nd():
-    from pypto_lab.passes import PassContext
-
     model = nn.Sequential(nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 64))
     g = capture(model, torch.randn(32, 64))
-    rec = RecordSnapshots()
-    out = PassManager(LEVEL2, [rec]).run(g, PassContext(chip="Ascend910B1"))
-    assert transdatas(out) == [] and any("MTE2 converts ND->NZ" in n for n in rec.snapshots[-1].notes)
+    out, snap = run(g, LEVEL2, PassContext(get_chip("Ascend910B1")))
+    assert transdatas(out) == [] and any("MTE2 converts ND->NZ" in n.reason for n in snap.notes)
+    assert all(n.kernel.a_format == ND for n in out.nodes if n.op == "linear")  # the capability table says ND
+
+
+def test_a_format_the_cube_cannot_read_is_refused():
+    """The Cube coster obeys the capability table: a matmul operand in ND on 910A (whose Cube reads
+    FRACTAL_NZ) is an error naming the rule, not a silent guess."""
+    from dataclasses import replace
+
+    from pypto_lab.kernels.cost import cost
+    from pypto_lab.kernels.cube import KernelSpecError
+
+    g, _ = run(capture(nn.Linear(64, 64), torch.randn(32, 64)), LEVEL2)
+    spec = next(n.kernel for n in g.nodes if n.op == "linear")
+    assert spec.a_format == NZ and cost(spec, A910.chip).time_us > 0
+    with pytest.raises(KernelSpecError, match="A in ND.*read and write FRACTAL_NZ.*layout pass"):
+        cost(replace(spec, a_format=ND), A910.chip)

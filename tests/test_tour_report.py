@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from pypto_lab import ChipConfigError
-from pypto_lab.viz import tour_report
 from pypto_lab.cli import main
+from pypto_lab.viz import tour_report
 from pypto_lab.viz.tour_report import Walkthrough, level_rows, write_tour_report
 
 

@@ -7,8 +7,9 @@ import pytest
 import torch
 
 import pypto_lab
-from pypto_lab.hw.chip import get_chip
+from pypto_lab.hw.chip import PRESET_DIR, get_chip
 from pypto_lab.hw.tiling import CubeTile, plan_cube
+from pypto_lab.kernels.costing import cost_kernels
 from pypto_lab.tuning import TuneError, auto_tune, screen_space
 
 
@@ -54,8 +55,8 @@ def test_auto_tune_never_slower_and_applies_tiles(tmp_path):
     assert all(after[n] <= before[n] + 1e-9 for n in before)
     tiled = [r for r in result.rows if r.tile is not None]
     for row in tiled:
-        anchor = next(n for n in om.graph.nodes if n.attrs.get("tile") == row.tile)
-        assert isinstance(anchor.attrs["tile"], CubeTile)
+        anchor = next(n for n in om.graph.nodes if getattr(n.kernel, "tile", None) == row.tile)
+        assert isinstance(anchor.kernel.tile, CubeTile)
     assert "auto_tune" in result.table() and om.report().passes[-1].name == "auto_tune"
 
 
@@ -63,7 +64,9 @@ def test_second_run_hits_the_cache(tmp_path):
     path = tmp_path / "tuning.json"
     first = auto_tune(_optimized(), {"level": "fast", "progress": False}, cache_path=path)
     data = json.loads(path.read_text())
-    assert data["version"] == 1 and any(k.startswith("Ascend910B1|b1|512x256x768|fp16|") for k in data["entries"])
+    fingerprint = get_chip("Ascend910B1").fingerprint  # the chip's name and its numbers key the cache
+    assert data["version"] == 1 and any(k.startswith(f"Ascend910B1@{fingerprint}|b1|512x256x768|fp16|")
+                                        for k in data["entries"])
     second = auto_tune(_optimized(), {"level": "fast", "progress": False}, cache_path=path)
     assert second.simulations == 0 and all(r.cached for r in second.rows)
     assert [r.tile for r in second.rows] == [r.tile for r in first.rows]
@@ -101,3 +104,36 @@ def test_unreadable_cache_is_named(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(TuneError, match="bad.json is not readable JSON"):
         auto_tune(_optimized(), {"level": "fast", "progress": False}, cache_path=bad)
+
+
+def _preset_copy(tmp_path, name: str, clock_mhz: float):
+    """A user's copy of the 910B1 preset under another file name, with its name and clock changed."""
+    text = (PRESET_DIR / "Ascend910B1.toml").read_text()
+    text = text.replace('name = { value = "Ascend910B1"', f'name = {{ value = "{name}"')
+    text = text.replace("clock_mhz = { value = 1850.0", f"clock_mhz = {{ value = {clock_mhz}")
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("name", ["Ascend910B1", "MyNPU"])
+def test_a_users_own_preset_survives_auto_tune_and_the_profiler(tmp_path, name):
+    """The chip is resolved once by optimize: auto_tune and the profiler cost on the user's preset
+    (a copy with half the clock, same name or renamed), never on the shipped one."""
+    path = _preset_copy(tmp_path, name, 925.0)
+    om = pypto_lab.optimize(_MLP(), torch.randn(512, 256), chip=str(path), level=1)
+    slow = om.report()
+    assert slow.chip.clock_mhz == 925.0 and slow.chip.name == name
+    shipped = pypto_lab.optimize(_MLP(), torch.randn(512, 256), chip="Ascend910B1", level=1).report()
+    assert slow.latency_us > 1.5 * shipped.latency_us                 # half the clock: slower
+    result = auto_tune(om, {"level": "fast", "progress": False}, cache_path=False)
+    assert result.report.chip is slow.chip and result.report.latency_us <= slow.latency_us + 1e-9
+    on_mine = sum(k.time_us for k in cost_kernels(om.graph, slow.chip))          # the tuned graph, recosted
+    on_shipped = sum(k.time_us for k in cost_kernels(om.graph, get_chip("Ascend910B1")))
+    assert result.report.latency_us == pytest.approx(on_mine) and on_mine > 1.5 * on_shipped
+    assert all(r.tuned_us <= r.default_us for r in result.rows)
+    with pypto_lab.profiler.profile() as prof:
+        om(torch.randn(512, 256))
+    assert prof.key_averages().table()
+    prof.export_chrome_trace(tmp_path / "trace.json")
+    assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]

@@ -28,8 +28,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import pypto_lab  # noqa: E402
-from pypto_lab.viz import views  # noqa: E402
 from pypto_lab.hw.chip import get_chip  # noqa: E402
+from pypto_lab.viz import views  # noqa: E402
 
 
 class _Block(torch.nn.Module):

@@ -6,12 +6,12 @@ import sys
 import pytest
 import torch
 
-from pypto_lab.cli import main
 from pypto_lab.capture import capture
-from pypto_lab.optimize import optimize
 from pypto_lab.capture.zoo import MODELS, MissingModelPackage, load_model, minilm
+from pypto_lab.cli import main
+from pypto_lab.optimize import optimize
 
-SDPA = ["aten.scaled_dot_product_attention.default"]
+SDPA = ("aten.scaled_dot_product_attention.default",)
 # the Hugging Face LFS object id (sha256) of sentence-transformers/all-MiniLM-L6-v2's model.safetensors
 MINILM_SAFETENSORS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 

@@ -4,7 +4,7 @@ Tensors, at kernel granularity (`kernels_of` order):
 
 * every graph value of kind input/param/buffer/constant that some node reads (or that is a graph
   output) is resident for the whole run; so is the bias a folded BatchNorm adds to a convolution
-  (``attrs["folded_bn"]``) that had none. Values nothing reads any more (a folded BN's own
+  (``node.folded_bn``) that had none. Values nothing reads any more (a folded BN's own
   parameters) are not on the device;
 * every tensor a kernel writes to GM (the output of one of its nodes that a node outside the
   kernel reads, or that is a graph output) is allocated when its kernel runs and freed after the
@@ -22,7 +22,6 @@ aligns.
 Two plans: without reuse every tensor has its own buffer (peak = all resident bytes + all
 activation bytes); with reuse a greedy best-fit offset allocator places each kernel's outputs in
 the smallest freed block that fits (coalescing neighbours, growing the arena only when none fits).
-``ctx.options["memory_reuse"]`` (default True) chooses which one is *the* plan.
 
 Allocators (``allocator=``; `pypto_lab.set_memory_allocator` picks it for `optimize`):
 
@@ -33,10 +32,10 @@ Allocators (``allocator=``; `pypto_lab.set_memory_allocator` picks it for `optim
   reused whole (not split, not merged) by a later request that fits it, best fit first; when no
   cached block fits, a new block is reserved, and reserved memory is never given back. Weights
   are blocks of their own, rounded the same way. Its peak is the reserved total (the 2 MiB
-  segments that small blocks are carved from are not modelled). The plan is attached to the
-graph as ``graph.memory_plan`` (a `MemoryPlan`; it survives `Graph.copy()`; a pass that rewrites
-the graph afterwards leaves it stale). `memory_plan(graph, precision, reuse)` computes the same
-without the pass manager.
+  segments that small blocks are carved from are not modelled).
+
+`memory_plan(graph, precision, reuse | allocator)` is an analysis: its `MemoryPlan` lives in the
+`Report`; the graph is not touched.
 """
 
 from __future__ import annotations
@@ -45,8 +44,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ..capture.graph import Graph, Node, TensorInfo
-from ..kernels.cost import kernels_of
-from ..passes.base import Pass, PassContext, PassResult, register
+from ..kernels.lower import kernels_of
+from ..options import ALLOCATORS
 
 ALIGN = 512  # bytes: Ascend's GM allocator aligns every block
 ELEMENT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}
@@ -122,7 +121,7 @@ def _nbytes(info: TensorInfo | None, elem: int) -> int:
 
 
 def _is_view(node: Node) -> bool:
-    return node.attrs.get("unit") == "free" and "group" not in node.attrs
+    return node.is_view
 
 
 class _Tensor:
@@ -180,7 +179,6 @@ def _release(free: list[list[int]], off: int, size: int) -> None:
         free[k - 1][1] += free.pop(k)[1]
 
 
-ALLOCATORS = ("naive", "unified", "caching")
 SMALL_BLOCK = 1 << 20     # caching allocator: requests up to 1 MiB round to 512 bytes ...
 LARGE_ROUND = 2 << 20     # ... larger ones to a multiple of 2 MiB
 
@@ -224,7 +222,7 @@ def memory_plan(graph: Graph, precision: str = "fp16", reuse: bool = True,
         reuse = allocator != "naive"
     if precision not in ELEMENT_BYTES:
         raise ValueError(f"precision {precision!r} is not known; choose one of {', '.join(ELEMENT_BYTES)}")
-    unmapped = [n.name for n in graph.nodes if "unit" not in n.attrs]
+    unmapped = [n.name for n in graph.nodes if n.npu is None]
     if unmapped:
         raise ValueError(f"{len(unmapped)} nodes have no unit (e.g. {unmapped[0]}): run map_ops before "
                          "planning memory")
@@ -241,9 +239,9 @@ def memory_plan(graph: Graph, precision: str = "fp16", reuse: bool = True,
         return name
 
     kernel_of: dict[str, int] = {}
-    for i, nodes in enumerate(kernels):
-        for node in nodes:
-            kernel_of[node.name] = i
+    for i, kernel in enumerate(kernels):
+        for name in kernel.nodes:
+            kernel_of[name] = i
     # position of every node in kernel time: CPU-lane nodes sit between the kernels around them
     before: dict[str, int] = {}   # node -> number of kernels started before it
     started = 0
@@ -258,7 +256,7 @@ def memory_plan(graph: Graph, precision: str = "fp16", reuse: bool = True,
     # readers: for every tensor (root name), the kernel indices that read it, from outside its kernel
     first: dict[str, int] = {}
     last: dict[str, int] = {}
-    cpu = [node for node in graph.nodes if node.attrs.get("unit") == "cpu"]
+    cpu = [node for node in graph.nodes if node.unit == "cpu"]
     for node in cpu:
         first[node.name] = min(before[node.name], last_k)
     read_values: set[str] = set()
@@ -266,7 +264,7 @@ def memory_plan(graph: Graph, precision: str = "fp16", reuse: bool = True,
         if _is_view(node):
             continue
         k = kernel_of.get(node.name)
-        if k is None and node.attrs.get("unit") != "cpu":
+        if k is None and node.unit != "cpu":
             continue
         use = k if k is not None else max(before[node.name] - 1, 0)
         for name in dict.fromkeys(node.inputs):
@@ -302,7 +300,7 @@ def memory_plan(graph: Graph, precision: str = "fp16", reuse: bool = True,
         if v.kind in RESIDENT_KINDS and name in read_values:
             resident.append((name, _align(_nbytes(v.info, elem)), v.kind != "input"))
     for node in graph.nodes:
-        if node.attrs.get("folded_bn") and not (len(node.args) > 2 and node.args[2] is not None):
+        if node.folded_bn is not None and not (len(node.args) > 2 and node.args[2] is not None):
             channels = node.outputs[0].shape[1] if node.outputs and len(node.outputs[0].shape) > 1 else 0
             resident.append((f"{node.name}.folded_bias", _align(channels * elem), True))
     resident = [r for r in resident if r[1]]
@@ -333,23 +331,3 @@ def memory_plan(graph: Graph, precision: str = "fp16", reuse: bool = True,
         weight_bytes=weight_bytes, kernel_count=n, options=dict(options or {}), allocator=allocator or "",
         peak_bytes_caching=peak_caching,
     )
-
-
-@register
-class PlanMemory(Pass):
-    """Plan GM with and without reuse; attach the plan as ``graph.memory_plan``. The nodes are
-    unchanged (``modified`` is False): the pass analyses, it does not rewrite."""
-
-    name = "plan_memory"
-    requires = ("map_ops",)
-
-    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
-        opts = ctx.options or {}
-        reuse = bool(opts.get("memory_reuse", True))
-        recorded = {k: opts[k] for k in ("memory_pool", "allocator") if k in opts}
-        allocator = opts.get("allocator")
-        if opts.get("memory_pool") is False:
-            allocator = "naive"
-        plan = memory_plan(graph, ctx.precision, reuse, recorded, allocator=allocator)
-        object.__setattr__(graph, "memory_plan", plan)
-        return PassResult(graph, modified=False, notes=[plan.summary()])

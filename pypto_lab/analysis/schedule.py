@@ -1,18 +1,19 @@
-"""Scheduling: when each kernel runs, on which cores, and what the model's latency is.
+"""Scheduling analysis: when each kernel runs, on which cores, and what the model's latency is.
 
-Without this pass (levels 0-2) kernels run one after another on one stream, in graph order: the
-latency is the sum of kernel times. With it (level 3: "aggressive, may change the order of
-computation", as the seed article describes its level 3) kernels go to two streams, and a kernel
-starts as soon as the kernels it reads from have finished and the cores it needs are free. On
-910B the Cube (AIC) and Vector (AIV) cores are separate, so a Vector kernel can run while an
-independent Cube-only kernel occupies the AIC cores (a Cube kernel with a Vector epilogue, and
-fused attention, hold both); on 910A and 310P every kernel occupies the whole AI Core, so
-nothing overlaps and only the dependency order matters. A kernel running on the host (a CPU
-fallback) holds the host lane.
+On one stream (levels 0-2) kernels run one after another in graph order: the latency is the sum
+of kernel times. On two streams (level 3: "aggressive, may change the order of computation", as
+the seed article describes its level 3) a kernel starts as soon as the kernels it reads from have
+finished and the cores it needs are free. On 910B the Cube (AIC) and Vector (AIV) cores are
+separate, so a Vector kernel can run while an independent Cube-only kernel occupies the AIC cores
+(a Cube kernel with a Vector epilogue, and fused attention, hold both); on 910A and 310P every
+kernel occupies the whole AI Core, so nothing overlaps and only the dependency order matters. A
+kernel running on the host (a CPU fallback) holds the host lane.
 
 ``kernel_launch_us`` (an optimisation option, default 0) adds a fixed cost to every kernel: no
 public figure for Ascend's per-kernel launch cost was found, so it is the user's to set when
 studying small, launch-bound batches; fusion's fewer kernels then show up in the latency.
+
+The result is a `Schedule` that lives in the `Report`; the graph is not touched.
 """
 
 from __future__ import annotations
@@ -20,9 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..capture.graph import Graph
-from ..hw.chip import get_chip
-from ..kernels.cost import KernelCost, cost_graph
-from ..passes.base import Pass, PassContext, PassResult, register
+from ..kernels.costing import CostedKernel
 
 
 @dataclass(frozen=True)
@@ -55,22 +54,20 @@ class Schedule:
                 + (f", {self.launch_us:g} us launch each" if self.launch_us else ""))
 
 
-def _kernel_deps(graph: Graph, costs: list[KernelCost]) -> list[set[int]]:
+def kernel_dependencies(graph: Graph, kernels: list[CostedKernel]) -> list[set[int]]:
     """For each kernel, the kernels whose outputs it reads (views looked through)."""
-    owner: dict[str, set[int]] = {}
     last_of_node: dict[str, int] = {}
-    for i, c in enumerate(costs):
-        for name in c.nodes:
-            last_of_node[name] = i  # a decomposed node's primitives: the last one produces its output
-    deps: list[set[int]] = [set() for _ in costs]
     first_of_node: dict[str, int] = {}
-    for i, c in enumerate(costs):
-        for name in c.nodes:
+    for i, k in enumerate(kernels):
+        for name in k.nodes:
+            last_of_node[name] = i  # a decomposed node's primitives: the last one produces its output
             first_of_node.setdefault(name, i)
-    for i, c in enumerate(costs):
-        for name in c.nodes:
+    deps: list[set[int]] = [set() for _ in kernels]
+    for i, k in enumerate(kernels):
+        for name in k.nodes:
             if first_of_node[name] < i:  # the next primitive of a decomposed node
                 deps[i].add(i - 1)
+    owner: dict[str, set[int]] = {}
     for node in graph.nodes:
         reads: set[int] = set()
         for inp in node.inputs:
@@ -83,37 +80,28 @@ def _kernel_deps(graph: Graph, costs: list[KernelCost]) -> list[set[int]]:
     return deps
 
 
-def schedule_kernels(graph: Graph, costs: list[KernelCost], concurrent: bool, launch_us: float = 0.0) -> Schedule:
+def schedule_kernels(graph: Graph, kernels: list[CostedKernel], concurrent: bool,
+                     launch_us: float = 0.0) -> Schedule:
     """Start and end of every kernel: in order on one stream, or as early as dependencies and cores allow."""
     if launch_us < 0:
         raise ValueError(f"kernel_launch_us = {launch_us!r}: must be >= 0 (microseconds per kernel)")
-    deps = _kernel_deps(graph, costs)
+    deps = kernel_dependencies(graph, kernels)
     free: dict[str, float] = {}
     ends: list[float] = []
     out = []
     prev_end = 0.0
-    for i, c in enumerate(costs):
+    for i, k in enumerate(kernels):
         ready = max((ends[j] for j in deps[i] if j < i), default=0.0)
         if not concurrent:
             ready = max(ready, prev_end)
-        start = max([ready] + [free.get(r, 0.0) for r in c.resources])
-        end = start + c.time_us + launch_us
-        for r in c.resources:
+        start = max([ready] + [free.get(r, 0.0) for r in k.resources])
+        end = start + k.time_us + launch_us
+        for r in k.resources:
             free[r] = end
         ends.append(end)
         prev_end = end
-        out.append(ScheduledKernel(c.name, c.resources, start, end))
+        out.append(ScheduledKernel(k.name, k.resources, start, end))
     return Schedule(tuple(out), concurrent, launch_us)
 
 
-@register
-class ScheduleKernels(Pass):
-    name = "schedule"
-    requires = ("map_ops",)
-
-    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
-        chip = get_chip(ctx.chip or "Ascend910B1")
-        launch = float(ctx.options.get("kernel_launch_us", 0.0) or 0.0)
-        sched = schedule_kernels(graph, cost_graph(graph, chip, ctx.precision), concurrent=True, launch_us=launch)
-        graph.schedule = sched
-        return PassResult(graph, modified=True, notes=[sched.summary()])
+__all__ = ["Schedule", "ScheduledKernel", "kernel_dependencies", "schedule_kernels"]

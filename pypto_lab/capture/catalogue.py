@@ -9,17 +9,23 @@ operator names follow CANN's operator types (Conv2D, MatMulV2, BatchMatMul, Add,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
 class NpuOp:
     """One catalogue entry. ``vector_op`` names the vector kernel (`pypto_lab.hw.kernels.VECTOR_OPS`)
-    that costs a vector operator."""
+    that a vector operator runs; ``custom`` (user operators only) lowers the node to its kernel spec,
+    ``custom(graph, node, chip, precision)``."""
 
     name: str
     unit: str
     vector_op: str = ""
+    custom: Callable | None = None
+
+
+CPU = NpuOp("", "cpu")  # what an operator the catalogue does not know runs as: the host
 
 
 def _entries() -> dict[str, NpuOp]:

@@ -7,10 +7,12 @@ graph's outputs.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..kernels.ir import KernelSpec
+from .catalogue import NpuOp
 
 
 @dataclass(frozen=True)
@@ -46,10 +48,30 @@ class Value:
     target: str = ""          # for params and buffers: their state_dict name
 
 
+@dataclass(frozen=True)
+class FoldedBatchNorm:
+    """An inference BatchNorm folded into the convolution before it (`fold_batchnorm`): the BN's
+    node, the names of its weight, bias, running mean and variance (None when absent), its eps."""
+
+    bn: str
+    weight: str | None
+    bias: str | None
+    running_mean: str | None
+    running_var: str | None
+    eps: float
+
+
 @dataclass
 class Node:
     """One ATen call. ``inputs`` name the values or nodes it reads, in argument order; ``args``
-    keeps every argument as captured, with tensors replaced by the name of their producer."""
+    keeps every argument as captured, with tensors replaced by the name of their producer.
+
+    What the passes decide about a node is typed: ``npu`` (the catalogue entry, set by `map_ops`;
+    its ``unit`` is "cpu" for a fallback), ``kernel`` (the spec of the kernel this node anchors:
+    what the chip runs), ``group`` (the anchor of the fused kernel this node belongs to; None when
+    it anchors its own kernel or is a view), ``fused_by`` (the pass that fused it), ``folded_bn``
+    (a BatchNorm folded into this convolution), ``format`` and ``input_formats`` (device formats
+    of its output and of the activations it reads, from the layout pass)."""
 
     name: str
     target: str               # e.g. "aten.conv2d.default"
@@ -59,7 +81,29 @@ class Node:
     outputs: list[TensorInfo]
     module: str = ""          # module path, e.g. "layer1.0.conv1"
     module_type: str = ""     # e.g. "torch.nn.modules.conv.Conv2d"
-    attrs: dict[str, Any] = field(default_factory=dict)  # what passes attach (npu op, unit, ...)
+    npu: NpuOp | None = None
+    kernel: KernelSpec | None = None
+    group: str | None = None
+    fused_by: str = ""
+    folded_bn: FoldedBatchNorm | None = None
+    format: str = ""
+    input_formats: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def unit(self) -> str | None:
+        """The unit the catalogue gave it ("cube", "vector", "move", "free", "composite", "cpu"); None
+        before `map_ops`."""
+        return self.npu.unit if self.npu is not None else None
+
+    @property
+    def is_view(self) -> bool:
+        """A view outside any fused kernel: no kernel of its own, it aliases its input."""
+        return self.unit == "free" and self.group is None
+
+    @property
+    def anchor(self) -> str:
+        """The node whose ``kernel`` describes the kernel this node runs in."""
+        return self.group or self.name
 
     def rename_input(self, old: str, new: str) -> None:
         """Read ``new`` wherever this node read ``old`` (inputs, args, kwargs)."""
@@ -67,11 +111,14 @@ class Node:
             self.inputs = [new if i == old else i for i in self.inputs]
             self.args = _rename(self.args, old, new)
             self.kwargs = _rename(self.kwargs, old, new)
+            if old in self.input_formats:
+                self.input_formats = {new if k == old else k: v for k, v in self.input_formats.items()}
 
     def copy(self) -> Node:
-        attrs = {k: copy.deepcopy(v) if isinstance(v, (list, dict, set)) else v for k, v in self.attrs.items()}
-        return Node(self.name, self.target, list(self.inputs), self.args, dict(self.kwargs), list(self.outputs),
-                    self.module, self.module_type, attrs)
+        """An independent copy: lists and dicts are copied; captured arguments, shapes and the
+        typed annotations (frozen values) are shared."""
+        return dataclasses.replace(self, inputs=list(self.inputs), kwargs=dict(self.kwargs),
+                                   outputs=list(self.outputs), input_formats=dict(self.input_formats))
 
     @property
     def op(self) -> str:
@@ -88,6 +135,7 @@ class Graph:
     nodes: list[Node]
     outputs: list[str]
     model_name: str = ""
+    exported_program: Any = field(default=None, repr=False)  # what `pypto_lab.runtime` interprets
 
     def node(self, name: str) -> Node:
         for n in self.nodes:
@@ -127,15 +175,11 @@ class Graph:
         return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
     def copy(self) -> Graph:
-        """An independent copy for a pass to rewrite. Shapes (TensorInfo) are frozen and captured
-        arguments are replaced, never edited in place, so they are shared; lists, kwargs and attrs
-        are copied (a deepcopy of the whole graph cost more than the passes themselves)."""
-        g = Graph({k: dataclasses.replace(v) for k, v in self.values.items()},
-                  [n.copy() for n in self.nodes], list(self.outputs), self.model_name)
-        for k, v in vars(self).items():  # what passes attached to the graph (e.g. memory_plan)
-            if k not in vars(g):
-                setattr(g, k, v)
-        return g
+        """An independent copy for a pass to rewrite. Shapes (TensorInfo), captured arguments and
+        the typed annotations are frozen or replaced, never edited in place, so they are shared;
+        lists and dicts are copied (a deepcopy of the whole graph cost more than the passes)."""
+        return Graph({k: dataclasses.replace(v) for k, v in self.values.items()},
+                     [n.copy() for n in self.nodes], list(self.outputs), self.model_name, self.exported_program)
 
     def __len__(self) -> int:
         return len(self.nodes)

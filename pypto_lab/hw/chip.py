@@ -11,9 +11,10 @@ naming the file, the key and the value.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -158,6 +159,17 @@ class Chip:
 
     def __str__(self) -> str:
         return self.name
+
+    def __repr__(self) -> str:
+        where = f", path={self.path!r}" if self.path else ""
+        return f"Chip({self.name!r}, {self.core_version}, {self.cube_cores} AIC, {self.clock_mhz:g} MHz{where})"
+
+    @property
+    def fingerprint(self) -> str:
+        """A short hash of every constant of the chip: two chips with the same name but different
+        numbers (a user's edited copy of a preset) have different fingerprints."""
+        values = repr(tuple((f.name, getattr(self, f.name)) for f in fields(self) if f.compare))
+        return hashlib.sha1(values.encode()).hexdigest()[:12]
 
     # ---- derived figures -------------------------------------------------------------
     @property

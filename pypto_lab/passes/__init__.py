@@ -1,10 +1,10 @@
-"""Graph passes (op mapping, fusion, layout, precision, tiling, scheduling, memory planning).
-
-`base` holds the pass base, the registry, the manager and its instruments; each pass is a module
-of its own and registers itself by name on import.
+"""Stage 2 of the data path: graph passes (op mapping, decomposition, fusion, layout, precision,
+tiling). Each pass is a frozen dataclass in a module of its own that writes its decisions into
+the nodes' typed annotations and kernel specs; `base` holds the pass base, the registry, the
+manager and its instruments, `verify` the graph verifier.
 """
 
-from . import (  # noqa: F401 (register passes)
+from . import (  # noqa: F401 (register the passes)
     decompose,
     fold_batchnorm,
     fuse_composites,
@@ -17,21 +17,23 @@ from . import (  # noqa: F401 (register passes)
     quantize_int8,
     tune_tiling,
 )
-from ..analysis import memory_plan, schedule  # noqa: F401 (register passes)
 from .base import (
     REGISTRY,
     Instrument,
+    Note,
     Pass,
     PassContext,
     PassManager,
     PassOrderError,
     PassResult,
     RecordSnapshots,
+    Verify,
     get_pass,
     register,
 )
+from .verify import GraphError, verify
 
 __all__ = [
-    "REGISTRY", "Instrument", "Pass", "PassContext", "PassManager", "PassOrderError", "PassResult",
-    "RecordSnapshots", "get_pass", "op_mapping", "register",
+    "REGISTRY", "GraphError", "Instrument", "Note", "Pass", "PassContext", "PassManager", "PassOrderError",
+    "PassResult", "RecordSnapshots", "Verify", "get_pass", "register", "verify",
 ]

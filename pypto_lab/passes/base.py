@@ -1,49 +1,98 @@
-"""Pass infrastructure: a pass base, a registry by name, a manager with instruments.
+"""Pass infrastructure: the pass base, a registry by name, a manager with instruments.
 
-A pass is a small, named, pure step ``Graph -> PassResult``: it works on a copy of the graph and
-says whether it changed anything, and why it declined where it did (``notes``). Passes name the
-passes they require before them; the manager checks the order. Instruments are called before
-and after every pass (TVM's PassInstrument): recording a snapshot per pass is one instrument.
+A pass is a frozen dataclass (as in xDSL): its fields are its typed options, ``name`` and
+``requires`` are class attributes, and ``apply(graph, ctx)`` rewrites a copy of the graph and
+returns a `PassResult`: whether it changed anything, a one-line summary and structured `Note`s
+(which node, why) where it declined or had something to say. Passes are values, so a level is a
+tuple of configured pass instances. The manager checks that every pass runs after the passes it
+requires and calls instruments before and after each pass (TVM's PassInstrument): recording a
+snapshot is one, the graph verifier (`Verify`, torch.fx's run_checks_after_each_pass, PyPTO's
+PostCheck) another; it runs after every pass when ``PYPTO_LAB_VERIFY=1`` (the test suite sets it).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from ..capture.graph import Graph
+from ..capture.catalogue import aten_name
+from ..capture.graph import Graph, Node
+from ..hw.chip import Chip, get_chip
+from ..options import OptimizationOptions
+from .verify import verify
+
+DEFAULT_CHIP = "Ascend910B1"  # the chip a pass runs for when called without a context
 
 
-@dataclass
+@dataclass(frozen=True)
+class Note:
+    """Something a pass says about one node (``node``; "" for the graph as a whole): why it declined
+    a fusion, what it converted. ``where`` describes the node for people ("conv2d layer1.0.conv3
+    (conv2d_3)"). Views read these fields; nobody parses the text."""
+
+    pass_name: str
+    node: str
+    reason: str
+    where: str = ""
+
+    def __str__(self) -> str:
+        who = self.where or self.node
+        return f"{who}: {self.reason}" if who else self.reason
+
+
+def describe(node: Node) -> str:
+    """"conv2d layer1.0.conv3 (conv2d_3)": the op, where it comes from and its node name."""
+    op = aten_name(node.target)
+    return f"{op} {node.module} ({node.name})" if node.module else f"{op} {node.name}"
+
+
+@dataclass(frozen=True)
 class PassContext:
-    """What every pass may read: the chip, the precision and the user's options."""
+    """What every pass may read: the chip (resolved once, by `optimize`), the Cube precision of the
+    run (after CANN's rule on that chip) and the options in force when the run started."""
 
-    chip: Any = None
+    chip: Chip
     precision: str = "fp16"
-    options: dict[str, Any] = field(default_factory=dict)
+    options: OptimizationOptions = field(default_factory=OptimizationOptions)
+
+    def __post_init__(self):
+        if not isinstance(self.chip, Chip):
+            raise TypeError(f"PassContext.chip must be a Chip, got {self.chip!r}: resolve it once with "
+                            "pypto_lab.get_chip(name_or_path)")
+
+
+def default_context() -> PassContext:
+    return PassContext(get_chip(DEFAULT_CHIP))
 
 
 @dataclass
 class PassResult:
     graph: Graph
     modified: bool
-    notes: list[str] = field(default_factory=list)  # e.g. why a fusion was declined
+    summary: str = ""
+    notes: tuple[Note, ...] = ()
 
 
+@dataclass(frozen=True)
 class Pass:
-    """Base of all passes: subclasses set ``name`` (and ``requires``) and implement ``run``."""
+    """Base of all passes: subclasses set ``name`` (and ``requires``) and implement ``apply``."""
 
     name: ClassVar[str] = ""
     requires: ClassVar[tuple[str, ...]] = ()
 
-    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+    def apply(self, graph: Graph, ctx: PassContext) -> PassResult:
         raise NotImplementedError
 
     def __call__(self, graph: Graph, ctx: PassContext | None = None) -> PassResult:
-        return self.run(graph.copy(), ctx or PassContext())
+        """Run on a copy of ``graph`` (the input graph is never changed)."""
+        return self.apply(graph.copy(), ctx or default_context())
 
-    def __repr__(self) -> str:
-        return f"<pass {self.name}>"
+    def note(self, node: Node | str, reason: str) -> Note:
+        """A note about ``node`` (a Node: named and described; a name; or "" for the graph)."""
+        if isinstance(node, Node):
+            return Note(self.name, node.name, reason, describe(node))
+        return Note(self.name, node, reason)
 
 
 REGISTRY: dict[str, type[Pass]] = {}
@@ -52,7 +101,7 @@ REGISTRY: dict[str, type[Pass]] = {}
 def register(cls: type[Pass]) -> type[Pass]:
     """Class decorator: make a pass available by its name."""
     if not cls.name:
-        raise ValueError(f"{cls.__name__} has no name; set the class attribute name = '...'")
+        raise ValueError(f"{cls.__name__} has no name; set the class attribute name: ClassVar[str] = '...'")
     if cls.name in REGISTRY and REGISTRY[cls.name] is not cls:
         raise ValueError(f"two passes named {cls.name!r}: {REGISTRY[cls.name].__name__} and {cls.__name__}")
     REGISTRY[cls.name] = cls
@@ -61,9 +110,10 @@ def register(cls: type[Pass]) -> type[Pass]:
 
 def get_pass(name: str, **options) -> Pass:
     try:
-        return REGISTRY[name](**options)
+        cls = REGISTRY[name]
     except KeyError:
         raise KeyError(f"no pass named {name!r}; registered: {', '.join(sorted(REGISTRY))}") from None
+    return cls(**options)
 
 
 class Instrument:
@@ -81,17 +131,30 @@ class Snapshot:
     name: str
     graph: Graph
     modified: bool
-    notes: list[str]
+    summary: str
+    notes: tuple[Note, ...]
 
 
 class RecordSnapshots(Instrument):
-    """Keeps the graph after each pass (and its notes), for reports and the speedup waterfall."""
+    """Keeps the graph after each pass (and what it said), for reports and the speedup waterfall.
+    Passes never edit their input graph, so the snapshot is the result itself."""
 
     def __init__(self):
         self.snapshots: list[Snapshot] = []
 
     def after(self, p: Pass, result: PassResult, ctx: PassContext) -> None:
-        self.snapshots.append(Snapshot(p.name, result.graph.copy(), result.modified, list(result.notes)))
+        self.snapshots.append(Snapshot(p.name, result.graph, result.modified, result.summary, result.notes))
+
+
+class Verify(Instrument):
+    """Checks the graph after every pass (`pypto_lab.passes.verify.verify`)."""
+
+    def after(self, p: Pass, result: PassResult, ctx: PassContext) -> None:
+        verify(result.graph, after=p.name)
+
+
+def verify_enabled() -> bool:
+    return os.environ.get("PYPTO_LAB_VERIFY", "") not in ("", "0")
 
 
 class PassOrderError(ValueError):
@@ -99,11 +162,14 @@ class PassOrderError(ValueError):
 
 
 class PassManager:
-    """Runs passes in order, checks their requirements and calls the instruments."""
+    """Runs passes in order, checks their requirements and calls the instruments (plus `Verify`
+    when ``PYPTO_LAB_VERIFY=1``)."""
 
-    def __init__(self, passes: list[Pass | str], instruments: list[Instrument] | None = None):
+    def __init__(self, passes: list[Pass | str] | tuple, instruments: list[Instrument] | None = None):
         self.passes = [get_pass(p) if isinstance(p, str) else p for p in passes]
         self.instruments = list(instruments or [])
+        if verify_enabled() and not any(isinstance(i, Verify) for i in self.instruments):
+            self.instruments.append(Verify())
         seen: set[str] = set()
         for p in self.passes:
             missing = [r for r in p.requires if r not in seen]
@@ -115,11 +181,11 @@ class PassManager:
             seen.add(p.name)
 
     def run(self, graph: Graph, ctx: PassContext | None = None) -> Graph:
-        ctx = ctx or PassContext()
+        ctx = ctx or default_context()
         for p in self.passes:
             for inst in self.instruments:
                 inst.before(p, graph, ctx)
-            result = p.run(graph.copy(), ctx)
+            result = p.apply(graph.copy(), ctx)
             for inst in self.instruments:
                 inst.after(p, result, ctx)
             graph = result.graph

@@ -2,15 +2,21 @@
 operators would launch.
 
 LayerNorm becomes mean, subtract, square, mean, add-eps-and-rsqrt, normalise, scale, shift (eight
-Vector kernels, each a GM round trip); GELU (erf form) becomes five; scaled-dot-product
-attention becomes QK^T, scale, softmax and PV with the s x s scores in GM. The node keeps its
-place in the graph and records the kernels in ``attrs["decomposed"]``; the fusion passes of
-level 1 (`fuse_layernorm`, `fuse_attention`, the matmul epilogue) replace them with one kernel.
+Vector kernels, each a GM round trip); GELU (erf form) becomes five. The node keeps its place in
+the graph; its spec becomes a `Decomposed` of the primitive Vector kernels. Scaled-dot-product
+attention already lowers to the unfused sequence (QK^T, scale + softmax and PV with the s x s
+scores in GM). The level-1 fusions (`fuse_layernorm`, `fuse_attention`, the matmul epilogue,
+`fuse_elementwise`) give them back one kernel each.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 from ..capture.graph import Graph
+from ..kernels.ir import AttentionKernel, VectorKernel
+from ..kernels.lower import primitive_kernels
 from .base import Pass, PassContext, PassResult, register
 
 # primitive Vector kernels (names in pypto_lab.hw.kernels.VECTOR_OPS) of each composite
@@ -18,22 +24,24 @@ DECOMPOSITIONS: dict[str, list[str]] = {
     "layer_norm": ["sum", "sub", "mul", "sum", "rsqrt", "mul", "mul", "add"],
     "native_layer_norm": ["sum", "sub", "mul", "sum", "rsqrt", "mul", "mul", "add"],
     "gelu": ["mul", "gelu", "add", "mul", "mul"],
-    "scaled_dot_product_attention": ["attention"],
 }
 
 
 @register
+@dataclass(frozen=True)
 class Decompose(Pass):
-    name = "decompose"
-    requires = ("map_ops",)
+    name: ClassVar[str] = "decompose"
+    requires: ClassVar[tuple[str, ...]] = ("map_ops",)
 
-    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+    def apply(self, graph: Graph, ctx: PassContext) -> PassResult:
         counts: dict[str, int] = {}
         for node in graph.nodes:
             prims = DECOMPOSITIONS.get(node.op)
-            if prims is None or node.attrs.get("group"):
+            if prims is not None and isinstance(node.kernel, VectorKernel) and node.group is None:
+                node.kernel = primitive_kernels(node, prims, node.kernel.dtype, node.kernel.compute_dtype)
+            elif not (isinstance(node.kernel, AttentionKernel) and not node.kernel.flash):
                 continue
-            node.attrs["decomposed"] = list(prims)
             counts[node.op] = counts.get(node.op, 0) + 1
-        notes = [f"decomposed {', '.join(f'{n} {op}' for op, n in sorted(counts.items()))}"] if counts else []
-        return PassResult(graph, modified=bool(counts), notes=notes)
+        summary = f"decomposed {', '.join(f'{n} {op}' for op, n in sorted(counts.items()))}" if counts else \
+            "nothing to decompose"
+        return PassResult(graph, modified=bool(counts), summary=summary)

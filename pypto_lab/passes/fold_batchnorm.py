@@ -2,33 +2,31 @@
 
 In inference a BatchNorm is a per-channel scale and shift, so ``bn(conv(x, w))`` equals
 ``conv(x, w')`` with rescaled weights and a bias. This pass removes such a BN node, makes every
-reader of the BN read the conv instead, and records on the conv what was folded
-(``attrs["folded_bn"]`` = the BN's node name, ``attrs["bn_params"]`` = the names of its weight,
-bias, running mean and variance, and its eps) for the numerics to apply. A BN that cannot be
-folded (its input is not a convolution, the conv's output is read elsewhere too, it runs in
-training mode) stays and a note says why.
+reader of the BN read the conv instead, records on the conv what was folded (``node.folded_bn``:
+the BN's node name, the names of its weight, bias, running mean and variance, and its eps) for
+the numerics to apply, and gives the conv's kernel a bias in its epilogue (placed where the chip
+applies it: FixPipe's BiasTable on 910B, the Vector unit on 910A). A BN that cannot be folded
+(its input is not a convolution, the conv's output is read elsewhere too, it runs in training
+mode) stays and a note says why.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import ClassVar
 
-from ..capture.graph import Graph, Node
 from ..capture.catalogue import aten_name
-from .base import Pass, PassContext, PassResult, register
+from ..capture.graph import FoldedBatchNorm, Graph, Node
+from ..hw.capabilities import capabilities
+from ..kernels.lower import with_epilogue
+from .base import Pass, PassContext, PassResult, describe, register
 
 BATCH_NORMS = ("batch_norm", "_native_batch_norm_legit_no_training")
 CONVS = ("conv2d", "convolution", "_convolution", "conv1d")
 
 
-def describe(node: Node) -> str:
-    """"conv2d layer1.0.conv3 (conv2d_3)": the op, where it comes from and its node name."""
-    op = aten_name(node.target)
-    return f"{op} {node.module} ({node.name})" if node.module else f"{op} {node.name}"
-
-
-def _bn_params(bn: Node) -> dict[str, Any]:
-    """Names of the BN's weight, bias, running mean, running var (None when absent) and its eps."""
+def _bn_params(bn: Node) -> FoldedBatchNorm:
+    """The BN's weight, bias, running mean, running var (None when absent) and its eps."""
     a = list(bn.args) + [None] * 9
     if aten_name(bn.target) == "batch_norm":
         # batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn)
@@ -36,7 +34,7 @@ def _bn_params(bn: Node) -> dict[str, Any]:
     else:
         # _native_batch_norm_legit_no_training(input, weight, bias, running_mean, running_var, momentum, eps)
         eps = bn.kwargs.get("eps", a[6] if a[6] is not None else 1e-5)
-    return {"weight": a[1], "bias": a[2], "running_mean": a[3], "running_var": a[4], "eps": float(eps)}
+    return FoldedBatchNorm(bn.name, a[1], a[2], a[3], a[4], float(eps))
 
 
 def _training(bn: Node) -> bool:
@@ -46,23 +44,25 @@ def _training(bn: Node) -> bool:
 
 
 @register
+@dataclass(frozen=True)
 class FoldBatchNorm(Pass):
     """Remove inference BatchNorms that directly follow a single-use convolution."""
 
-    name = "fold_batchnorm"
-    requires = ("map_ops",)
+    name: ClassVar[str] = "fold_batchnorm"
+    requires: ClassVar[tuple[str, ...]] = ("map_ops",)
 
-    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
-        notes: list[str] = []
+    def apply(self, graph: Graph, ctx: PassContext) -> PassResult:
+        notes = []
         folded = 0
+        caps = capabilities(ctx.chip)
         for bn in [n for n in graph.nodes if aten_name(n.target) in BATCH_NORMS]:
             reason = self._why_not(graph, bn)
             if reason:
-                notes.append(f"{describe(bn)}: {reason}; BatchNorm not folded")
+                notes.append(self.note(bn, f"{reason}; BatchNorm not folded"))
                 continue
             conv = graph.node(bn.inputs[0])
-            conv.attrs["folded_bn"] = bn.name
-            conv.attrs["bn_params"] = _bn_params(bn)
+            conv.folded_bn = _bn_params(bn)
+            conv.kernel = with_epilogue(conv.kernel, caps, bias=True)
             removed = [bn]
             if aten_name(bn.target) != "batch_norm":  # tuple output: readers are getitem(bn, 0)
                 for g in graph.users().get(bn.name, []):
@@ -72,8 +72,8 @@ class FoldBatchNorm(Pass):
             gone = {id(n) for n in removed}
             graph.nodes = [n for n in graph.nodes if id(n) not in gone]
             folded += 1
-        notes.insert(0, f"folded {folded} of {folded + len(notes)} BatchNorms into their convolutions")
-        return PassResult(graph, modified=folded > 0, notes=notes)
+        summary = f"folded {folded} of {folded + len(notes)} BatchNorms into their convolutions"
+        return PassResult(graph, modified=folded > 0, summary=summary, notes=tuple(notes))
 
     @staticmethod
     def _why_not(graph: Graph, bn: Node) -> str:
@@ -91,8 +91,8 @@ class FoldBatchNorm(Pass):
             readers.add("the graph output")
         if readers:
             return f"{describe(src)} output also read by {', '.join(sorted(readers))}"
-        if "folded_bn" in src.attrs:
-            return f"{describe(src)} already has {src.attrs['folded_bn']} folded in"
+        if src.folded_bn is not None:
+            return f"{describe(src)} already has {src.folded_bn.bn} folded in"
         if aten_name(bn.target) != "batch_norm":
             for g in graph.users().get(bn.name, []):
                 if aten_name(g.target) != "getitem" or (len(g.args) > 1 and g.args[1] != 0):

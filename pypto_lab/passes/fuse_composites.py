@@ -9,62 +9,80 @@ walk the keys with an online softmax, so the s x s scores never reach GM.
 
 from __future__ import annotations
 
-from ..capture.graph import Graph
-from .base import Pass, PassContext, PassResult, register
-from .fold_batchnorm import describe
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from ..capture.graph import Graph, Node
+from ..kernels.ir import AttentionKernel, Decomposed, VectorKernel
+from ..kernels.lower import vector_kernel
+from .base import Pass, PassContext, PassResult, describe, register
 
 
-def _single_user_producer(graph: Graph, name: str, users) -> str:
+def _producer_through_views(graph: Graph, name: str) -> str:
     """Follow views back from ``name`` to the node that computed it."""
     producers = graph.producers()
-    while name in producers and producers[name].attrs.get("unit") == "free" and producers[name].inputs:
+    while name in producers and producers[name].unit == "free" and producers[name].inputs:
         name = producers[name].inputs[0]
     return name
 
 
-@register
-class FuseLayerNorm(Pass):
-    name = "fuse_layernorm"
-    requires = ("map_ops",)
+def _dtypes(spec) -> tuple[str, str]:
+    """(GM dtype, compute dtype) of a Vector spec or of a Decomposed one's first part."""
+    if isinstance(spec, Decomposed):
+        spec = spec.parts[0]
+    return spec.dtype, spec.compute_dtype
 
-    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+
+@register
+@dataclass(frozen=True)
+class FuseLayerNorm(Pass):
+    name: ClassVar[str] = "fuse_layernorm"
+    requires: ClassVar[tuple[str, ...]] = ("map_ops",)
+
+    def apply(self, graph: Graph, ctx: PassContext) -> PassResult:
         producers = graph.producers()
         users = graph.users()
         fused = with_add = 0
         notes = []
         for node in graph.nodes:
-            if node.op not in ("layer_norm", "native_layer_norm"):
+            if node.op not in ("layer_norm", "native_layer_norm") or node.group is not None:
                 continue
-            node.attrs.pop("decomposed", None)
-            node.attrs["fused_by"] = self.name
+            dtype, compute = _dtypes(node.kernel)
+            node.kernel = vector_kernel(graph, [node], dtype, compute)
+            node.fused_by = self.name
             fused += 1
-            src = _single_user_producer(graph, node.inputs[0], users)
+            src = _producer_through_views(graph, node.inputs[0])
             prev = producers.get(src)
-            if prev is None or prev.op not in ("add", "add_") or prev.attrs.get("group"):
+            if prev is None or prev.op not in ("add", "add_") or prev.group is not None \
+                    or not isinstance(prev.kernel, VectorKernel):
                 continue
             if len(users.get(src, [])) > 1:
-                notes.append(f"{describe(node)}: the residual {describe(prev)} is also read elsewhere; not pulled "
-                             "into the LayerNorm kernel")
+                notes.append(self.note(node, f"the residual {describe(prev)} is also read elsewhere; not pulled "
+                                             "into the LayerNorm kernel"))
                 continue
-            prev.attrs.update(group=prev.name, fused_by=self.name)
-            node.attrs["group"] = prev.name
+            members: list[Node] = [prev, node]
+            prev.kernel = vector_kernel(graph, members, dtype, compute)
+            prev.group = node.group = prev.name
+            prev.fused_by = self.name
+            node.kernel = None
             with_add += 1
         summary = f"fused {fused} LayerNorms into one kernel each ({with_add} with their residual add)"
-        return PassResult(graph, modified=bool(fused), notes=[summary] + notes)
+        return PassResult(graph, modified=bool(fused), summary=summary, notes=tuple(notes))
 
 
 @register
+@dataclass(frozen=True)
 class FuseAttention(Pass):
-    name = "fuse_attention"
-    requires = ("map_ops",)
+    name: ClassVar[str] = "fuse_attention"
+    requires: ClassVar[tuple[str, ...]] = ("map_ops",)
 
-    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+    def apply(self, graph: Graph, ctx: PassContext) -> PassResult:
         count = 0
         for node in graph.nodes:
-            if node.attrs.get("unit") == "composite" and "attention" in node.op:
-                node.attrs.pop("decomposed", None)
-                node.attrs.update(fused_by=self.name, flash=True)
+            if isinstance(node.kernel, AttentionKernel) and not node.kernel.flash:
+                node.kernel = replace(node.kernel, flash=True)
+                node.fused_by = self.name
                 count += 1
         return PassResult(graph, modified=bool(count),
-                          notes=[f"fused {count} attentions into FlashAttention kernels (online softmax, no "
-                                 "s x s scores in GM)"])
+                          summary=f"fused {count} attentions into FlashAttention kernels (online softmax, no "
+                                  "s x s scores in GM)")

@@ -3,18 +3,25 @@
 Each element-wise Vector kernel reads its inputs from GM into the Unified Buffer and writes its
 result back; a chain ``add -> mul -> relu -> exp`` fused into one kernel keeps the intermediates
 in UB and writes once. A chain grows from a producer to its single consumer while both are
-element-wise Vector nodes (by their catalogue kernel, ``attrs["vector_op"]``) not yet in a group;
+element-wise Vector nodes (by their catalogue kernel, ``node.npu.vector_op``) not yet in a group;
 views (unit "free") in between are stepped over and join the group. Reductions, norms, softmax,
-pooling and gathers end a chain. Members get ``attrs["group"]`` = the first node's name and
-``attrs["fused_by"]`` = this pass's name.
+pooling and gathers end a chain. Members get ``node.group`` = the first node's name and
+``node.fused_by`` = this pass's name; the first node's spec becomes the one Vector kernel.
+
+A composite left decomposed into primitives (a GELU no Cube kernel took into its epilogue) is
+one fused CANN kernel again at this level (`Gelu`): one GM round trip instead of five.
 """
 
 from __future__ import annotations
 
-from ..capture.graph import Graph, Node
+from dataclasses import dataclass
+from typing import ClassVar
+
 from ..capture.catalogue import aten_name
+from ..capture.graph import Graph, Node
+from ..kernels.ir import Decomposed
+from ..kernels.lower import vector_kernel
 from .base import Pass, PassContext, PassResult, register
-from .fold_batchnorm import describe
 
 # Vector kernels (`pypto_lab.hw.kernels.VECTOR_OPS`) that work element by element
 ELEMENTWISE_VECTOR_OPS = frozenset({"add", "sub", "mul", "div", "relu", "exp", "sqrt", "rsqrt", "cast", "gelu",
@@ -24,39 +31,46 @@ NOT_ELEMENTWISE = frozenset({"embedding", "index_select", "gather"})
 
 
 def is_elementwise(node: Node) -> bool:
-    return (node.attrs.get("unit") == "vector" and node.attrs.get("vector_op") in ELEMENTWISE_VECTOR_OPS
+    return (node.unit == "vector" and node.npu.vector_op in ELEMENTWISE_VECTOR_OPS
             and aten_name(node.target) not in NOT_ELEMENTWISE)
 
 
+def _dtypes(spec) -> tuple[str, str]:
+    if isinstance(spec, Decomposed):
+        spec = spec.parts[0]
+    return spec.dtype, spec.compute_dtype
+
+
 @register
+@dataclass(frozen=True)
 class FuseElementwise(Pass):
     """Chains of single-use element-wise Vector nodes become one Vector kernel each."""
 
-    name = "fuse_elementwise"
-    requires = ("map_ops",)
+    name: ClassVar[str] = "fuse_elementwise"
+    requires: ClassVar[tuple[str, ...]] = ("map_ops",)
 
-    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+    def apply(self, graph: Graph, ctx: PassContext) -> PassResult:
         users: dict[str, list[Node]] = {}
         for k, v in graph.users().items():
             users[k] = list({n.name: n for n in v}.values())
         outputs = set(graph.outputs)
-        notes: list[str] = []
-        chains = fused_nodes = 0
+        notes = []
+        chains = fused_nodes = restored = 0
         for head in list(graph.nodes):
-            if not is_elementwise(head) or "group" in head.attrs:
+            if not is_elementwise(head) or head.group is not None:
                 continue
             chain, views, cur = [head], [], head
             while True:
                 readers = users.get(cur.name, [])
                 if len(readers) != 1 or cur.name in outputs:
                     if len(readers) > 1 and any(is_elementwise(r) for r in readers):
-                        notes.append(f"{describe(cur)}: output also read by "
-                                     f"{', '.join(r.name for r in readers)}; the chain from {head.name} ends here")
+                        notes.append(self.note(cur, f"output also read by {', '.join(r.name for r in readers)}; "
+                                                    f"the chain from {head.name} ends here"))
                     break
                 nxt = readers[0]
-                if "group" in nxt.attrs:
+                if nxt.group is not None:
                     break
-                if nxt.attrs.get("unit") == "free":
+                if nxt.unit == "free":
                     views.append(nxt)
                 elif is_elementwise(nxt):
                     chain += views + [nxt]
@@ -64,12 +78,24 @@ class FuseElementwise(Pass):
                 else:
                     break
                 cur = nxt
-            if sum(n.attrs.get("unit") != "free" for n in chain) < 2:
+            if sum(n.unit != "free" for n in chain) < 2:
+                if isinstance(head.kernel, Decomposed):  # a lone composite: its fused CANN kernel
+                    head.kernel = vector_kernel(graph, [head], *_dtypes(head.kernel))
+                    head.fused_by = self.name
+                    restored += 1
                 continue
+            dtype, compute = _dtypes(head.kernel)
             for n in chain:
-                n.attrs["group"] = head.name
-                n.attrs["fused_by"] = self.name
+                n.group = head.name
+                n.fused_by = self.name
+                n.kernel = None
+            head.kernel = vector_kernel(graph, chain, dtype, compute)
             chains += 1
             fused_nodes += len(chain)
-        notes.insert(0, f"fused {chains} element-wise chains ({fused_nodes} nodes)")
-        return PassResult(graph, modified=chains > 0, notes=notes)
+        summary = f"fused {chains} element-wise chains ({fused_nodes} nodes)"
+        if restored:
+            summary += f"; {restored} lone composites (GELU) run as one kernel again"
+        return PassResult(graph, modified=chains + restored > 0, summary=summary, notes=tuple(notes))
+
+
+__all__ = ["ELEMENTWISE_VECTOR_OPS", "FuseElementwise", "is_elementwise"]

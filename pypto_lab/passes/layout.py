@@ -19,33 +19,36 @@ consume and produce activations in NC1HWC0 (5HD, C0 = 16 for fp16) and its matmu
   in another format are converted to it (or, when that format does not fit their rank, every
   input goes ND).
 
-Where a node needs an input in a format its producer does not give, a TransData node (target
-``pypto.transdata``, unit "move", costed as a GM->UB->GM copy) is inserted right before the
-first node that needs it and shared by every later node needing the same (tensor, format).
-Graph outputs not in ND get a final TransData. Then round trips (a TransData A->B reading a
-TransData B->A) are removed. Parameters and buffers are never converted in the graph: weights
-are converted once, offline, to the Cube's weight formats.
+Which formats the Cube's kernels read on a core version, and whether MTE2 converts ND to NZ on
+load, come from the chip's capability table (`pypto_lab.hw.capabilities`). Where a node needs an
+input in a format its producer does not give, a TransData node (target ``pypto.transdata``, unit
+"move", a `TransDataKernel`: a GM->UB->GM copy) is inserted right before the first node that
+needs it and shared by every later node needing the same (tensor, format). Graph outputs not in
+ND get a final TransData. Then round trips (a TransData A->B reading a TransData B->A) are
+removed. Parameters and buffers are never converted in the graph: weights are converted once,
+offline, to the Cube's weight formats.
 
-Each node records its output format in ``attrs["format"]`` and the formats of the activations
-it reads in ``attrs["input_formats"]``; TransData nodes carry ``attrs["src_format"]`` and
-``attrs["dst_format"]``.
+Each node records its output format in ``node.format`` and the formats of the activations it
+reads in ``node.input_formats``; a Cube kernel's spec gets the GM formats of its A operand and of
+its result (``CubeKernel.a_format`` / ``c_format``); a TransData's spec names its source and
+destination formats.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from ..capture.catalogue import NpuOp, aten_name
 from ..capture.graph import Graph, Node, TensorInfo
-from ..hw.chip import get_chip
-from ..capture.catalogue import aten_name
+from ..hw.capabilities import NC1HWC0, ND, NZ, capabilities
+from ..kernels.ir import CubeKernel, TransDataKernel
+from ..kernels.lower import storage_dtypes
 from .base import Pass, PassContext, PassResult, register
 from .fold_batchnorm import CONVS
 
-# Core versions whose GM->L1 copy converts ND to FRACTAL_NZ on the way (Ascend C DataCopy with
-# Nd2NzParams, Atlas A2 training/inference series) and whose FixPipe writes ND (Fixpipe's
-# NZ2ND): their matmuls read and write ND, so no TransData is needed around them.
-ND2NZ_ON_LOAD = frozenset({"AIC-C-220"})
-
-ND, NC1HWC0, NZ = "ND", "NC1HWC0", "FRACTAL_NZ"
 TRANSDATA = "pypto.transdata"
+TRANSDATA_OP = NpuOp("TransData", "move", "copy")
 
 MATMUL_OPS = frozenset({"linear", "addmm", "mm", "matmul", "bmm", "baddbmm", "einsum"})
 # Vector ops that need ND (they work along the last axis or gather rows)
@@ -92,23 +95,27 @@ def _spatial_reduction(node: Node, info: TensorInfo | None) -> bool:
     return all(isinstance(d, int) and d % 4 in (2, 3) for d in dims)
 
 
-def transdata_node(name: str, src: str, info: TensorInfo | None, src_format: str, dst_format: str) -> Node:
-    """A TransData converting tensor ``src`` from ``src_format`` to ``dst_format``."""
-    return Node(name, TRANSDATA, [src], (src,), {}, [info] if info is not None else [],
-                attrs={"unit": "move", "npu_op": "TransData", "vector_op": "copy", "src_format": src_format,
-                       "dst_format": dst_format, "format": dst_format})
+def transdata_node(name: str, src: str, info: TensorInfo | None, src_format: str, dst_format: str,
+                   dtype: str = "fp16") -> Node:
+    """A TransData converting tensor ``src`` (held in GM as ``dtype``) from ``src_format`` to ``dst_format``."""
+    spec = TransDataKernel(max(info.numel, 1) if info is not None else 1, dtype, src_format, dst_format)
+    return Node(name, TRANSDATA, [src], (src,), {}, [info] if info is not None else [], npu=TRANSDATA_OP,
+                kernel=spec, format=dst_format)
 
 
 @register
+@dataclass(frozen=True)
 class AssignLayout(Pass):
     """Device formats for every tensor, TransData where they change, round trips removed."""
 
-    name = "layout"
-    requires = ("map_ops",)
+    name: ClassVar[str] = "layout"
+    requires: ClassVar[tuple[str, ...]] = ("map_ops",)
 
-    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
-        chip = ctx.chip if ctx.chip is None or not isinstance(ctx.chip, str) else get_chip(ctx.chip)
-        nd_matmul = bool(chip is not None and chip.core_version in ND2NZ_ON_LOAD)
+    def apply(self, graph: Graph, ctx: PassContext) -> PassResult:
+        chip = ctx.chip
+        caps = capabilities(chip)
+        nd_matmul = caps.nd2nz_on_load
+        _, gm_dtype = storage_dtypes(chip, ctx.precision)
         fmt: dict[str, str] = {}
         infos: dict[str, TensorInfo | None] = {}
         for v in graph.values.values():
@@ -134,7 +141,7 @@ class AssignLayout(Pass):
         def convert(src: str, dst: str, before: list[Node]) -> str:
             key = (src, dst)
             if key not in conversions:
-                td = transdata_node(fresh(), src, infos.get(src), fmt[src], dst)
+                td = transdata_node(fresh(), src, infos.get(src), fmt[src], dst, gm_dtype)
                 conversions[key] = td
                 inserted.append(td)
                 before.append(td)
@@ -145,20 +152,25 @@ class AssignLayout(Pass):
 
         for node in graph.nodes:
             acts = [i for i in dict.fromkeys(node.inputs) if i in activations]
-            offline.update(i for i in node.inputs if i not in activations and node.attrs.get("unit") == "cube")
+            offline.update(i for i in node.inputs if i not in activations and node.unit == "cube")
             need, out = self._formats(node, acts, fmt, infos, nd_matmul)
             pending: list[Node] = []
             for i in acts:
                 if fmt[i] != need[i]:
                     td = convert(i, need[i], pending)
                     node.rename_input(i, td)
-                    group = node.attrs.get("group")
-                    producer_group = next((n.attrs.get("group") for n in new_nodes if n.name == i), None)
+                    group = node.group
+                    producer_group = next((n.group for n in new_nodes if n.name == i), None)
                     if group is not None and group == producer_group:
                         split_groups.add(group)
             new_nodes.extend(pending)
-            node.attrs["format"] = out
-            node.attrs["input_formats"] = {i: fmt[i] for i in dict.fromkeys(node.inputs) if i in activations}
+            node.format = out
+            node.input_formats = {i: fmt[i] for i in dict.fromkeys(node.inputs) if i in activations}
+            if isinstance(node.kernel, CubeKernel):
+                first = node.inputs[0] if node.inputs and node.inputs[0] in activations else None
+                a_fmt = fmt[first] if first is not None and _valid(NZ, infos.get(first)) else ""
+                node.kernel = replace(node.kernel, a_format=a_fmt, c_format=out if _valid(NZ, node.outputs[0]
+                                                                                             if node.outputs else None) else "")
             new_nodes.append(node)
             fmt[node.name] = out
             infos[node.name] = node.outputs[0] if node.outputs else None
@@ -175,33 +187,35 @@ class AssignLayout(Pass):
         live = {n.name for n in graph.nodes}
         for td in inserted:
             if td.name in live:
-                kind = f"{td.attrs['src_format']}->{td.attrs['dst_format']}"
+                kind = f"{td.kernel.src_format}->{td.kernel.dst_format}"
                 counts[kind] = counts.get(kind, 0) + 1
         total = sum(counts.values())
         detail = f" ({', '.join(f'{k} {v}' for k, v in counts.items())})" if counts else ""
-        notes = [f"inserted {total} TransData{detail}, removed {removed} redundant pairs"]
+        summary = f"inserted {total} TransData{detail}, removed {removed} redundant pairs"
+        notes = []
         if nd_matmul:
-            notes.append(f"{chip.core_version}: matmuls read ND (MTE2 converts ND->NZ on the way into L1) and "
-                         "write ND (FixPipe), so no TransData around them")
+            notes.append(self.note("", f"{chip.core_version}: matmuls read ND (MTE2 converts ND->NZ on the way into "
+                                       "L1) and write ND (FixPipe), so no TransData around them"))
         inputs = {v.name: ND for v in graph.values.values() if v.kind == "input"}
-        notes.append("graph inputs and outputs are ND (NCHW for 4-D): "
-                     + ", ".join(f"{k} {v}" for k, v in inputs.items()))
+        notes.append(self.note("", "graph inputs and outputs are ND (NCHW for 4-D): "
+                                   + ", ".join(f"{k} {v}" for k, v in inputs.items())))
         if offline:
-            notes.append(f"{len(offline)} Cube weights/biases (parameters and buffers) are converted once offline "
-                         "(FRACTAL_Z for conv weights, FRACTAL_NZ for matmul weights): no TransData in the graph")
+            notes.append(self.note("", f"{len(offline)} Cube weights/biases (parameters and buffers) are converted "
+                                       "once offline (FRACTAL_Z for conv weights, FRACTAL_NZ for matmul weights): no "
+                                       "TransData in the graph"))
         for g in sorted(split_groups):
-            notes.append(f"a TransData splits the fused group {g}: its members read different formats")
-        return PassResult(graph, modified=bool(total or removed), notes=notes)
+            notes.append(self.note(g, f"a TransData splits the fused group {g}: its members read different formats"))
+        return PassResult(graph, modified=bool(total or removed), summary=summary, notes=tuple(notes))
 
     @staticmethod
     def _formats(node: Node, acts: list[str], fmt: dict[str, str],
                  infos: dict[str, TensorInfo | None], nd_matmul: bool = False) -> tuple[dict[str, str], str]:
         """(the format each activation input must be in, the format of the output)."""
         op = aten_name(node.target)
-        unit = node.attrs.get("unit")
+        unit = node.unit
         out_info = node.outputs[0] if node.outputs else None
         if node.target == TRANSDATA:
-            return {i: node.attrs["src_format"] for i in acts}, node.attrs["dst_format"]
+            return {i: node.kernel.src_format for i in acts}, node.kernel.dst_format
         if unit == "cube" and op in CONVS:
             first = node.inputs[0] if node.inputs else None
             return {i: (NC1HWC0 if i == first else fmt[i]) for i in acts}, NC1HWC0
@@ -241,8 +255,8 @@ def remove_round_trips(graph: Graph) -> int:
             first = producers.get(second.inputs[0])
             if first is None or first.target != TRANSDATA or not first.inputs:
                 continue
-            if (first.attrs.get("src_format"), first.attrs.get("dst_format")) != (
-                    second.attrs.get("dst_format"), second.attrs.get("src_format")):
+            if (first.kernel.src_format, first.kernel.dst_format) != (
+                    second.kernel.dst_format, second.kernel.src_format):
                 continue
             original = first.inputs[0]
             for n in graph.nodes:

@@ -1,18 +1,19 @@
-"""Mixed precision: lower the graph to fp16/bf16 but keep fp32 where the numerics need it.
-
-Cube operators run in the precision asked for (what `optimize` resolved for the chip). Vector
-operators store their tensors in the low precision too, except that softmax, the norms and the
-sum-like reductions compute in fp32 in the Unified Buffer (loaded as fp16/bf16, widened with a
-VCONV, narrowed again before the store), as CANN's mixed-precision lists and the seed article
-advise ("Softmax 可能需要保持 fp32"). Each node gets ``attrs["dtype"]`` (what GM holds, or what
-the Cube multiplies) and, where kept, ``attrs["compute_dtype"] = "fp32"``. At fp32 there is
-nothing to lower and the pass changes nothing.
+"""Mixed precision: the graph runs in fp16/bf16 (`map_ops` lowers every kernel to the run's storage
+precision), but softmax, the norms and the sum-like reductions compute in fp32 in the Unified
+Buffer (loaded as fp16/bf16, widened with a VCONV, narrowed again before the store), as CANN's
+mixed-precision lists and the seed article advise ("Softmax 可能需要保持 fp32"). This pass sets
+``compute_dtype = "fp32"`` on the Vector kernel (or each primitive of a decomposed composite) that
+computes such an operator; GM keeps the low precision. At fp32 there is nothing to lower.
 """
 
 from __future__ import annotations
 
-from ..capture.graph import Graph
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
 from ..capture.catalogue import aten_name
+from ..capture.graph import Graph
+from ..kernels.ir import Decomposed, VectorKernel
 from .base import Pass, PassContext, PassResult, register
 
 # ATen ops whose arithmetic stays in fp32 under mixed precision (softmax, norms, reductions)
@@ -22,33 +23,40 @@ FP32_KEPT = frozenset({
 })
 
 
-@register
-class MixedPrecision(Pass):
-    name = "mixed_precision"
-    requires = ("map_ops",)
+def keep_fp32(spec):
+    """``spec`` computing in fp32 (a Vector kernel, or every primitive of a decomposed composite)."""
+    if isinstance(spec, VectorKernel):
+        return replace(spec, compute_dtype="fp32")
+    if isinstance(spec, Decomposed):
+        return replace(spec, parts=tuple(keep_fp32(p) for p in spec.parts))
+    return spec
 
-    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+
+@register
+@dataclass(frozen=True)
+class MixedPrecision(Pass):
+    name: ClassVar[str] = "mixed_precision"
+    requires: ClassVar[tuple[str, ...]] = ("map_ops",)
+
+    def apply(self, graph: Graph, ctx: PassContext) -> PassResult:
         low = ctx.precision
         if low == "fp32":
-            return PassResult(graph, modified=False, notes=["precision fp32: nothing to lower"])
+            return PassResult(graph, modified=False, summary="precision fp32: nothing to lower")
         vector_low = low if low in ("fp16", "bf16") else "fp16"
+        producers = graph.producers()
         kept: dict[str, int] = {}
-        lowered = 0
         for node in graph.nodes:
-            unit = node.attrs.get("unit")
-            if unit == "cube":
-                node.attrs["dtype"] = low
-                lowered += 1
-            elif unit in ("vector", "move", "composite"):
-                node.attrs["dtype"] = vector_low if unit != "composite" else low
-                lowered += 1
-                op = aten_name(node.target)
-                if op in FP32_KEPT:
-                    node.attrs["compute_dtype"] = "fp32"
-                    kept[op] = kept.get(op, 0) + 1
-        note = f"{lowered} operators lowered to {low}" + (" (Vector in fp16)" if low == "int8" else "")
+            op = aten_name(node.target)
+            if op not in FP32_KEPT or node.unit not in ("vector", "move"):
+                continue
+            anchor = producers[node.anchor]
+            before = anchor.kernel
+            anchor.kernel = keep_fp32(before)
+            if anchor.kernel is not before:
+                kept[op] = kept.get(op, 0) + 1
+        lowered = sum(1 for n in graph.nodes if n.kernel is not None and n.unit != "cpu")
+        summary = f"{lowered} kernels in {low}" + (" (Vector in fp16)" if low == "int8" else "")
         if kept:
-            note += ("; kept fp32 compute (fp32 in UB, " + vector_low + " in GM): "
-                     + ", ".join(f"{op} x{c}" for op, c in sorted(kept.items())))
-        notes = [note]
-        return PassResult(graph, modified=True, notes=notes)
+            summary += ("; kept fp32 compute (fp32 in UB, " + vector_low + " in GM): "
+                        + ", ".join(f"{op} x{c}" for op, c in sorted(kept.items())))
+        return PassResult(graph, modified=bool(kept), summary=summary)

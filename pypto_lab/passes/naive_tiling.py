@@ -4,30 +4,31 @@ the roofline-estimate default, and level 3 searches (`tune_tiling`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
 from ..capture.graph import Graph
-from ..hw.chip import get_chip
 from ..hw.tiling import TilingError, naive_cube_tile
-from ..kernels.cost import gemm_of, kernels_of
+from ..kernels.ir import CubeKernel
 from .base import Pass, PassContext, PassResult, register
 
 
 @register
+@dataclass(frozen=True)
 class NaiveTiling(Pass):
-    name = "naive_tiling"
-    requires = ("map_ops",)
+    name: ClassVar[str] = "naive_tiling"
+    requires: ClassVar[tuple[str, ...]] = ("map_ops",)
 
-    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
-        chip = get_chip(ctx.chip or "Ascend910B1")
+    def apply(self, graph: Graph, ctx: PassContext) -> PassResult:
         count, refused = 0, []
-        for nodes in kernels_of(graph):
-            cube = [n for n in nodes if n.attrs.get("unit") == "cube"]
-            if not cube:
+        for node in graph.nodes:
+            spec = node.kernel
+            if not isinstance(spec, CubeKernel):
                 continue
-            _, m, k, n, dtype = gemm_of(graph, cube[0], chip, ctx.precision)
             try:
-                cube[0].attrs["tile"] = naive_cube_tile(chip, m, k, n, dtype)
+                node.kernel = replace(spec, tile=naive_cube_tile(ctx.chip, spec.m, spec.k, spec.n, spec.dtype))
                 count += 1
             except TilingError as exc:
-                refused.append(f"{cube[0].module or cube[0].name}: keeps the default tiling ({exc})")
-        return PassResult(graph, modified=count > 0,
-                          notes=[f"{count} Cube kernels with the naive 128x128, K-by-64 tiling"] + refused[:3])
+                refused.append(self.note(node, f"keeps the default tiling ({exc})"))
+        return PassResult(graph, modified=count > 0, summary=f"{count} Cube kernels with the naive 128x128, K-by-64 "
+                                                             "tiling", notes=tuple(refused))

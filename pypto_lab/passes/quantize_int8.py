@@ -1,52 +1,88 @@
-"""Int8 quantisation of Cube operators (post-training, per-tensor scales).
+"""Int8 quantisation of Cube kernels (post-training, per-tensor activation scales).
 
-At precision "int8" every Cube operator (convolution, linear, matmul) multiplies int8 operands
-with int32 accumulation on the Cube and dequantises its int32 result to fp16 on the way out (in
-FixPipe on 910B, in the Vector epilogue on 910A/310P). Weights are quantised ahead of time.
-Activations must arrive as int8: a Cube kernel whose input comes from another Cube kernel gets
-it requantised in that producer's epilogue (FixPipe's quant stage, or one more VCONV in a
-Vector epilogue, not costed separately); any other input (a graph input, a Vector kernel's
-output) costs a quantise pass over it, recorded as ``attrs["quantize_input"]``. Attention's
-score and probability matmuls stay fp16. Numerics live in `pypto_lab.hw.numerics`.
+At precision "int8" every Cube kernel (convolution, linear, matmul) multiplies int8 operands with
+int32 accumulation and dequantises its result to fp16 on the way out (a FixPipe stage on 910B, a
+VCONV in the Vector epilogue on 910A / 310P: `pypto_lab.hw.capabilities` places it). Weights are
+quantised ahead of time. Activations must arrive as int8:
+
+* a Cube kernel whose output is read only by Cube kernels requantises it in its own epilogue
+  (FixPipe's quant stage, or one more VCONV on the Vector unit) and writes int8 to GM, so its
+  readers read int8 and pay nothing;
+* any other input (a graph input, a Vector kernel's output, a Cube kernel's output that other
+  kernels read in fp16 too) costs a quantise pass over it before the Cube kernel that reads it
+  (``CubeKernel.quantize_input``).
+
+Attention's score and probability matmuls stay fp16. Numerics live in `pypto_lab.hw.numerics`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
 from ..capture.graph import Graph, Node
+from ..hw.capabilities import capabilities
+from ..kernels.ir import CubeKernel, InputQuant
+from ..kernels.lower import with_epilogue
 from .base import Pass, PassContext, PassResult, register
 
 
-def _from_cube_kernel(name: str, producers: dict[str, Node], cube_groups: set) -> bool:
-    """Whether ``name`` (looking through views) is the output of a Cube kernel, fused or not."""
-    seen = 0
-    while name in producers and seen < 64:
-        node = producers[name]
-        if node.attrs.get("unit") != "free" or not node.inputs:
-            return node.attrs.get("unit") == "cube" or node.attrs.get("group") in cube_groups
-        name, seen = node.inputs[0], seen + 1
-    return False
+def _through_views(name: str, producers: dict[str, Node]) -> str:
+    """The node that computed ``name``, looking through views."""
+    while name in producers and producers[name].is_view and producers[name].inputs:
+        name = producers[name].inputs[0]
+    return name
+
+
+def _readers(name: str, users: dict[str, list[Node]]) -> list[Node]:
+    """The nodes that read ``name``, looking through views."""
+    out = []
+    for u in users.get(name, []):
+        out.extend(_readers(u.name, users) if u.is_view else [u])
+    return out
 
 
 @register
+@dataclass(frozen=True)
 class QuantizeInt8(Pass):
-    name = "quantize_int8"
-    requires = ("map_ops", "mixed_precision")  # runs after the fusions: it looks at the fused kernels
+    name: ClassVar[str] = "quantize_int8"
+    requires: ClassVar[tuple[str, ...]] = ("map_ops", "mixed_precision")  # after the fusions: fused kernels
 
-    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+    def apply(self, graph: Graph, ctx: PassContext) -> PassResult:
         if ctx.precision != "int8":
-            return PassResult(graph, modified=False, notes=[f"precision {ctx.precision}: no int8 quantisation"])
-        producers = graph.producers()
-        cube_groups = {n.attrs["group"] for n in graph.nodes if n.attrs.get("unit") == "cube" and n.attrs.get("group")}
-        cube = quantise = 0
+            return PassResult(graph, modified=False, summary=f"precision {ctx.precision}: no int8 quantisation")
+        caps = capabilities(ctx.chip)
+        producers, users = graph.producers(), graph.users()
+        outputs = set(graph.outputs)
+        cube = {n.name for n in graph.nodes if isinstance(n.kernel, CubeKernel)}
+        # the node whose output leaves each Cube kernel: the last member read outside the kernel
+        leaves: dict[str, str] = {}
+        for n in graph.nodes:
+            if n.anchor in cube and (n.name in outputs or any(u.anchor != n.anchor for u in users.get(n.name, []))):
+                leaves[n.anchor] = n.name
+        requant = set()
+        for anchor, out in leaves.items():
+            readers = _readers(out, users)
+            if readers and out not in outputs and all(r.name in cube for r in readers):
+                requant.add(anchor)
+        quantised = 0
         for node in graph.nodes:
-            if node.attrs.get("unit") == "cube":
-                node.attrs["dtype"] = "int8"
-                cube += 1
-                if node.inputs and not _from_cube_kernel(node.inputs[0], producers, cube_groups):
-                    node.attrs["quantize_input"] = True
-                    quantise += 1
-            elif node.attrs.get("unit") == "composite":
-                node.attrs["dtype"] = "fp16"
-        return PassResult(graph, modified=cube > 0, notes=[
-            f"{cube} Cube operators in int8 (int32 accumulation, dequantised to fp16); {quantise} of them "
-            f"quantise an fp16 input first, the rest get int8 from the producing Cube kernel's epilogue"])
+            if node.name not in cube:
+                continue
+            spec = node.kernel
+            if spec.dtype != "int8":
+                spec = with_epilogue(replace(spec, dtype="int8", out_dtype="fp16"), caps, dequant=True)
+            if node.name in requant:
+                spec = with_epilogue(replace(spec, out_dtype="int8"), caps, quant=True)
+            src = producers.get(_through_views(node.inputs[0], producers)) if node.inputs else None
+            fed_int8 = src is not None and src.anchor in requant
+            if spec.quantize_input is None and not fed_int8 and node.inputs:
+                info = graph.info(node.inputs[0])
+                if info is not None and info.numel:
+                    spec = replace(spec, quantize_input=InputQuant(info.numel, info.shape[-1]))
+                    quantised += 1
+            node.kernel = spec
+        return PassResult(graph, modified=bool(cube), summary=(
+            f"{len(cube)} Cube kernels in int8 (int32 accumulation, dequantised to fp16); {len(requant)} requantise "
+            f"their output in their epilogue for the Cube kernels that read it, {quantised} quantise an fp16 "
+            "input first"))

@@ -3,7 +3,7 @@
 ``optimized = pypto_lab.optimize(model, example_inputs, chip=..., precision=...)`` then
 ``optimized(*inputs)`` interprets the program `torch.export` captured (``graph.exported_program``,
 node names equal the project Graph's) node by node, and applies to each node the numerics the
-optimised graph gives it (``node.attrs`` set by the passes):
+optimised graph gives it (the kernel specs the passes wrote, read through each node's kernel):
 
 * Cube operators (conv2d, linear, addmm, mm, matmul, bmm) at fp16/bf16: inputs rounded to the
   storage format, exact products summed in fp32 (`pypto_lab.hw.numerics.matmul` / ``conv2d``),
@@ -15,21 +15,21 @@ optimised graph gives it (``node.attrs`` set by the passes):
   matmul of two activations uses one scale per tensor for both.
 * Every tensor in GM is stored in the run's storage dtype (fp16/bf16 under mixed precision and
   int8, fp32 at fp32): activations, weights and biases alike; a Cube bias is added to the fp32
-  accumulator. A BatchNorm folded into its convolution (``attrs["folded_bn"]``) is folded into
+  accumulator. A BatchNorm folded into its convolution (``node.folded_bn``) is folded into
   the weights and bias in fp32 first (offline), which are then stored and run on the Cube.
 * Vector operators: inputs and outputs stored in fp16/bf16 and the arithmetic done in that dtype
   (torch's Half/BFloat16 CPU kernels: element-wise results are correctly rounded; reductions such
   as pooling accumulate internally in fp32 before the final rounding), except nodes with
   ``compute_dtype`` fp32 (softmax, norms, reductions), computed in fp32 and rounded on the store.
-* Kernels (``attrs["group"]``): values that stay inside a fused kernel are not stored, so they are
+* Kernels (``node.group``): values that stay inside a fused kernel are not stored, so they are
   not rounded; an epilogue fused after a Cube operator (bias, residual add, ReLU, GELU) works on
   the fp32 accumulator, and the kernel's result is rounded once on its way to GM.
-* Decomposed composites (level 0, ``attrs["decomposed"]``): LayerNorm and GELU run as their
+* Decomposed composites (level 0, a `Decomposed` spec): LayerNorm and GELU run as their
   primitives, each result stored (rounded) as the separate kernels would.
-* Attention: fused (``attrs["flash"]``) with FlashAttention's arithmetic: ``S = Q K^T`` on the Cube
+* Attention: fused (``AttentionKernel.flash``) with FlashAttention's arithmetic: ``S = Q K^T`` on the Cube
   into fp32, an online softmax over key blocks of ``block_k`` keys (running max, rescaled running
   sums and output, all fp32), ``P`` cast to the input dtype for ``P V`` on the Cube, one division
-  and one rounding at the end; ``block_k`` is the one the report costed (``attrs["attention_blocks"]``
+  and one rounding at the end; ``block_k`` is the one the report costed (``AttentionKernel.block_k``
   or `default_attention_blocks`). Unfused: the scores and probabilities are stored in GM
   (rounded) between the three kernels.
 * Anything else (views, CPU fallbacks, custom operators) runs the ATen op as is; its floating
@@ -52,11 +52,12 @@ import torch.fx
 import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 
-from .. import hw
-from ..capture.graph import Graph, Node
+from ..capture.catalogue import aten_name
+from ..capture.graph import FoldedBatchNorm, Graph
 from ..hw import numerics
 from ..hw.attention import default_attention_blocks
-from ..capture.catalogue import aten_name
+from ..hw.chip import Chip
+from ..kernels.ir import AttentionKernel, CubeKernel, Decomposed, TransDataKernel, VectorKernel
 
 _TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 _STORAGE = {"fp16": "fp16", "bf16": "bf16", "int8": "fp16", "fp32": None}
@@ -86,7 +87,9 @@ class NodePlan:
     internal: bool = False         # output read only inside its kernel: not rounded
     internal_inputs: frozenset = frozenset()
     epilogue: bool = False         # member of a Cube kernel's epilogue (computes in fp32)
-    gnode: Node | None = None
+    folded_bn: FoldedBatchNorm | None = None  # a BatchNorm folded into this convolution
+    flash: bool = False            # attention: FlashAttention's online softmax
+    block_k: int | None = None     # attention: the key block it runs with (None: the chip's default)
 
 
 @dataclass
@@ -103,23 +106,32 @@ class RunStats:
         self.nodes[kind] = self.nodes.get(kind, 0) + 1
 
 
-def _groups_members(graph: Graph) -> tuple[dict[str, str], set[str]]:
-    group_of = {n.name: n.attrs["group"] for n in graph.nodes if n.attrs.get("group")}
-    cube_groups = {n.attrs["group"] for n in graph.nodes if n.attrs.get("group") and n.attrs.get("unit") == "cube"}
-    return group_of, cube_groups
+def _spec_dtypes(spec) -> tuple[str | None, str | None]:
+    """(storage dtype, compute dtype) of a kernel spec's tensors."""
+    if isinstance(spec, Decomposed):
+        spec = spec.parts[0]
+    if isinstance(spec, CubeKernel):
+        return spec.dtype, "fp32"
+    if isinstance(spec, AttentionKernel):
+        return spec.dtype, "fp32"
+    if isinstance(spec, VectorKernel):
+        return spec.dtype, spec.compute_dtype
+    if isinstance(spec, TransDataKernel):
+        return spec.dtype, spec.dtype
+    return None, None
 
 
 def build_plan(graph: Graph, precision: str) -> dict[str, NodePlan]:
-    """The numerics of every call_function node of ``graph.exported_program``.
+    """The numerics of every call_function node of ``graph.exported_program``, read from the specs
+    of the kernels the nodes run in.
 
     ``precision`` is the Cube precision the passes ran with (after CANN's rule on the chip)."""
     ep = graph.exported_program
     by_name = graph.producers()
-    group_of, cube_groups = _groups_members(graph)
     users = graph.users()
     outputs = set(graph.outputs)
     default_store = _STORAGE[precision]
-    folded = {n.attrs["folded_bn"]: n.name for n in graph.nodes if n.attrs.get("folded_bn")}
+    folded = {n.folded_bn.bn: n.name for n in graph.nodes if n.folded_bn is not None}
     plan: dict[str, NodePlan] = {}
     for fx in ep.graph.nodes:
         if fx.op != "call_function":
@@ -132,40 +144,34 @@ def build_plan(graph: Graph, precision: str) -> dict[str, NodePlan]:
             else:  # e.g. the getitem of a folded BN's tuple
                 plan[fx.name] = NodePlan(fx.name, "view")
             continue
-        unit = g.attrs.get("unit")
-        dtype = g.attrs.get("dtype")
-        group = g.attrs.get("group")
-        internal = bool(group) and fx.name not in outputs and bool(users.get(fx.name)) and all(
-            group_of.get(u.name) == group for u in users[fx.name])
-        internal_inputs = frozenset(i for i in g.inputs if group and group_of.get(i) == group)
-        epilogue = bool(group) and group in cube_groups and unit != "cube"
-        if unit == "cube" and op in CUBE_OPS and str(fx.target).startswith("aten."):
-            kind = "cube"
-            cdt = dtype or ("fp32" if precision == "fp32" else precision)
-            store = _STORAGE.get(cdt, default_store) if dtype else default_store
-            plan[fx.name] = NodePlan(fx.name, kind, cube_dtype=cdt, compute="fp32", store=store,
-                                     internal=internal, internal_inputs=internal_inputs, gnode=g)
-            continue
-        if unit == "composite" and op in ATTENTION_OPS:
-            store = _STORAGE.get(dtype, default_store) if dtype else default_store
-            plan[fx.name] = NodePlan(fx.name, "attention", cube_dtype=dtype or ("fp32" if precision == "fp32" else
-                                                                                  _STORAGE[precision]),
-                                     compute="fp32", store=store, internal=internal,
-                                     internal_inputs=internal_inputs, gnode=g)
-            continue
-        if unit == "free":
-            plan[fx.name] = NodePlan(fx.name, "view", gnode=g)
-            continue
-        store = dtype if dtype in ("fp16", "bf16") else default_store
-        if unit in ("vector", "move") and str(fx.target).startswith("aten."):
-            compute = "fp32" if epilogue else (g.attrs.get("compute_dtype") or store)
-            kind = "decomposed" if (g.attrs.get("decomposed") and not group
-                                    and op in ("layer_norm", "gelu")) else "vector"
-            plan[fx.name] = NodePlan(fx.name, kind, compute=compute, store=store, internal=internal,
-                                     internal_inputs=internal_inputs, epilogue=epilogue, gnode=g)
-            continue
-        plan[fx.name] = NodePlan(fx.name, "plain", compute=None, store=store, internal=internal,
-                                 internal_inputs=internal_inputs, gnode=g)
+        unit = g.unit
+        group = g.group
+        spec = by_name[g.anchor].kernel if (group is not None or g.kernel is not None) else None
+        dtype, compute = _spec_dtypes(spec)
+        store = _STORAGE.get(dtype, default_store) if dtype else default_store
+        internal = group is not None and fx.name not in outputs and bool(users.get(fx.name)) and all(
+            u.group == group for u in users[fx.name])
+        internal_inputs = frozenset(i for i in g.inputs if group is not None and i in by_name
+                                    and by_name[i].group == group)
+        epilogue = group is not None and isinstance(spec, CubeKernel) and unit != "cube"
+        aten = str(fx.target).startswith("aten.")
+        if unit == "cube" and op in CUBE_OPS and aten:
+            plan[fx.name] = NodePlan(fx.name, "cube", cube_dtype=dtype, compute="fp32", store=store,
+                                     internal=internal, internal_inputs=internal_inputs,
+                                     folded_bn=g.folded_bn)
+        elif unit == "composite" and op in ATTENTION_OPS and isinstance(spec, AttentionKernel):
+            plan[fx.name] = NodePlan(fx.name, "attention", cube_dtype=dtype, compute="fp32", store=store,
+                                     internal=internal, internal_inputs=internal_inputs, flash=spec.flash,
+                                     block_k=spec.block_k)
+        elif unit == "free":
+            plan[fx.name] = NodePlan(fx.name, "view")
+        elif unit in ("vector", "move") and aten:
+            kind = "decomposed" if isinstance(spec, Decomposed) and op in ("layer_norm", "gelu") else "vector"
+            plan[fx.name] = NodePlan(fx.name, kind, compute="fp32" if epilogue else (compute or store), store=store,
+                                     internal=internal, internal_inputs=internal_inputs, epilogue=epilogue)
+        else:
+            plan[fx.name] = NodePlan(fx.name, "plain", compute=None, store=store, internal=internal,
+                                     internal_inputs=internal_inputs)
     return plan
 
 
@@ -489,7 +495,7 @@ class _Interpreter(torch.fx.Interpreter):
         if plan.kind == "view":
             return target(*args, **kwargs)
         if plan.kind == "cube":
-            bn = self._bn_params(plan) if plan.gnode is not None and plan.gnode.attrs.get("folded_bn") else None
+            bn = self._bn_params(plan.folded_bn) if plan.folded_bn is not None else None
             out = cube(op, args, kwargs, plan.cube_dtype, self.rt.weight_args(n), bn, plan.store)
         elif plan.kind == "attention":
             out = self._attention(n, op, args, kwargs, plan)
@@ -513,8 +519,8 @@ class _Interpreter(torch.fx.Interpreter):
             self.stats.half_fallbacks.append(str(n.target))
             return target(*args, **kwargs)
 
-    def _bn_params(self, plan: NodePlan) -> tuple:
-        bn = self.rt.fx_nodes[plan.gnode.attrs["folded_bn"]]
+    def _bn_params(self, folded: FoldedBatchNorm) -> tuple:
+        bn = self.rt.fx_nodes[folded.bn]
         a = list(bn.args) + [None] * 8
         env = self.source if self.source is not None else {}
 
@@ -523,7 +529,7 @@ class _Interpreter(torch.fx.Interpreter):
                 return env[x.name] if x.name in env else self.env[x]
             return x
 
-        eps = float(plan.gnode.attrs.get("bn_params", {}).get("eps", 1e-5))
+        eps = float(folded.eps)
         return val(a[1]), val(a[2]), val(a[3]), val(a[4]), eps
 
     def _attention(self, n, op: str, args, kwargs, plan: NodePlan) -> Any:
@@ -536,10 +542,10 @@ class _Interpreter(torch.fx.Interpreter):
         shape = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
         mask = _attention_mask(a, shape)
         dtype = plan.cube_dtype if plan.cube_dtype in ("fp16", "bf16", "fp32") else "fp16"
-        if plan.gnode is not None and plan.gnode.attrs.get("flash"):
-            blocks = plan.gnode.attrs.get("attention_blocks") or default_attention_blocks(
-                self.rt.chip, q.shape[-2], k.shape[-2], q.shape[-1], dtype)
-            out, nblocks = flash_attention(q, k, v, dtype, int(blocks[1]), mask, a.get("scale"))
+        if plan.flash:
+            block_k = plan.block_k or default_attention_blocks(
+                self.rt.chip, q.shape[-2], k.shape[-2], q.shape[-1], dtype)[1]
+            out, nblocks = flash_attention(q, k, v, dtype, int(block_k), mask, a.get("scale"))
             self.stats.flash_attention += 1
             self.stats.flash_key_blocks.append(nblocks)
         else:
@@ -559,7 +565,7 @@ def _cast_kwargs(kwargs: dict, dtype: torch.dtype) -> dict:
 class Runtime:
     """The exported program of an optimised model and the numerics plan of its nodes."""
 
-    def __init__(self, model: torch.nn.Module, graph: Graph, chip: Any, precision: str):
+    def __init__(self, model: torch.nn.Module, graph: Graph, chip: Chip, precision: str):
         ep = getattr(graph, "exported_program", None)
         if ep is None:
             raise RuntimeInputError(
@@ -568,7 +574,7 @@ class Runtime:
         self.model = model
         self.graph = graph
         self.ep = ep
-        self.chip = hw.get_chip(chip) if chip is not None else None
+        self.chip = chip
         self.precision = precision
         self.plan = build_plan(graph, precision)
         self.fx_nodes = {n.name: n for n in ep.graph.nodes}
@@ -663,8 +669,10 @@ class Runtime:
     # -- runs --
     def run(self, args: tuple, kwargs: dict | None = None, hook: Hook | None = None,
             record: dict | None = None) -> Any:
-        """The optimised model's outputs on ``args``, with the NPU's numerics."""
+        """The optimised model's outputs on ``args``, with the NPU's numerics (of the graph's kernel
+        specs as they are now: a spec changed after optimize, e.g. by auto_tune, is honoured)."""
         inputs = self._program_inputs(args, kwargs or {})
+        self.plan = build_plan(self.graph, self.precision)
         stats = RunStats()
         with torch.no_grad():
             out = _Interpreter(self, True, hook=hook, record=record, stats=stats).run(*inputs)
@@ -681,6 +689,7 @@ class Runtime:
     def local(self, args: tuple, reference: dict, kwargs: dict | None = None, hook: Hook | None = None) -> dict:
         """Every node with the NPU's numerics on the reference run's inputs: each node's own error."""
         inputs = self._program_inputs(args, kwargs or {})
+        self.plan = build_plan(self.graph, self.precision)
         record: dict = {}
         with torch.no_grad():
             _Interpreter(self, True, hook=hook, record=record, source=reference).run(*inputs)

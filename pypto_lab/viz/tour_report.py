@@ -306,7 +306,7 @@ def render_html(tour: TourReport) -> str:
             for p in last.passes:
                 change = "" if prev is None else f"{p.latency_us - prev:+,.1f}"
                 steps.append([p.name, f"{p.latency_us:,.1f}", change, p.kernel_count,
-                              f"{p.gm_bytes / 1e6:,.1f}", p.notes[0] if p.notes else ""])
+                              f"{p.gm_bytes / 1e6:,.1f}", p.summary])
                 prev = p.latency_us
             out.append(f"<p>Pass by pass at level {last.level} (its pipeline starts from each kernel's default "
                        "tiling, level 0 from the naive 128&times;128 one, so the first row is not level 0's "

@@ -5,7 +5,6 @@ Every number drawn comes from a `KernelReport`; nothing here estimates anything 
 
 from __future__ import annotations
 
-import re
 import textwrap
 
 import numpy as np
@@ -96,18 +95,19 @@ def _mb(nbytes: float) -> float:
 
 # ---- fusion graph ---------------------------------------------------------------------------
 
-_DECLINE = re.compile(r"^\w+ (?:[\w.\-]+ \((?P<a>\w+)\)|(?P<b>\w+)): (?P<why>.+)$")
+FUSION_PASSES = ("fold_batchnorm", "fuse_conv_bn_relu", "fuse_layernorm", "fuse_attention", "fuse_elementwise")
 
 
 def declined_fusions(report) -> dict[str, str]:
-    """Node name -> why a fusion pass declined to fuse it, parsed from the report's pass notes
-    (the fusion passes write them as ``"<op> <module> (<node>): <reason>"``)."""
+    """Node name -> why a fusion pass declined to fuse it: the notes the fusion passes wrote about
+    that node."""
     out: dict[str, str] = {}
     for step in report.passes:
+        if step.name not in FUSION_PASSES:
+            continue
         for note in step.notes:
-            m = _DECLINE.match(note)
-            if m:
-                out.setdefault(m.group("a") or m.group("b"), f"{step.name}: {m.group('why')}")
+            if note.node:
+                out.setdefault(note.node, f"{step.name}: {note.reason}")
     return out
 
 
@@ -122,7 +122,7 @@ def graph_layout(graph, block: str | None = None) -> dict:
     producers = graph.producers()
 
     def is_view(n) -> bool:
-        return n.attrs.get("unit") == "free" and "group" not in n.attrs
+        return n.is_view
 
     def sources(name: str) -> list[str]:
         n = producers.get(name)
@@ -147,7 +147,7 @@ def graph_layout(graph, block: str | None = None) -> dict:
     for d, names in rows.items():
         for i, name in enumerate(names):
             pos[name] = (i - (len(names) - 1) / 2, d)
-    group = {n.name: n.attrs.get("group", n.name) for n in nodes}
+    group = {n.name: n.group or n.name for n in nodes}
     return {"nodes": nodes, "pos": pos, "edges": edges, "group": group}
 
 

@@ -37,10 +37,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from . import views
 from ..hw.chip import DTYPE_BYTES, PIPES, get_chip
 from ..hw.kernels import VECTOR_OPS, simulate_matmul, simulate_vector
 from ..hw.tiling import CubeTile, TilingError, VecTile, ceil_align, cube_tile_bytes, default_vec_tile
+from . import views
 
 RED, BLUE = "#c44e52", "#4c72b0"
 

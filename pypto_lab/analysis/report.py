@@ -1,0 +1,116 @@
+"""The `Report`: what the simulator says about one optimised model, and the one source of every
+figure the views, widgets, notebooks and the command line show.
+
+It holds the chip the model was costed on (the `Chip` object, not its name), every kernel with
+its spec and cost, the pass-by-pass waterfall (`PassStep`: latency, kernels and GM bytes after
+each pass, with the pass's summary and structured notes), the CPU fallbacks, and the results of
+the analyses: the `Schedule` (when each kernel runs) and the `MemoryPlan` (peak GM).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..hw.chip import Chip
+from ..kernels.costing import CostedKernel
+from ..passes.base import Note
+from .memory_plan import MemoryPlan
+from .schedule import Schedule
+
+
+@dataclass
+class PassStep:
+    """The model after one pass (or the schedule analysis): its latency, kernels and GM bytes, and
+    what the pass said."""
+
+    name: str
+    latency_us: float
+    kernel_count: int
+    summary: str
+    notes: tuple[Note, ...] = ()
+    gm_bytes: float = 0.0
+
+    @property
+    def lines(self) -> list[str]:
+        """The summary, then every note, as text."""
+        return ([self.summary] if self.summary else []) + [str(n) for n in self.notes]
+
+
+@dataclass
+class Report:
+    """What the simulator says about one optimised model. Every figure comes from the chip model."""
+
+    model: str
+    chip: Chip
+    level: int
+    precision: str
+    batch: int
+    kernels: list[CostedKernel]
+    passes: list[PassStep]
+    fallback_ops: list[str]
+    memory: MemoryPlan | None = None
+    notes: list[str] = field(default_factory=list)
+    schedule: Schedule | None = None
+
+    @property
+    def latency_us(self) -> float:
+        """End of the last kernel of the schedule (one stream: the sum of kernel times)."""
+        return self.schedule.latency_us if self.schedule else sum(k.time_us for k in self.kernels)
+
+    @property
+    def throughput_per_s(self) -> float:
+        return self.batch / (self.latency_us * 1e-6) if self.latency_us else 0.0
+
+    @property
+    def gm_bytes(self) -> float:
+        return sum(k.gm_bytes for k in self.kernels)
+
+    @property
+    def peak_memory_bytes(self) -> int:
+        """Peak GM use of one run under this level's plan (no buffer reuse before level 2)."""
+        return int(self.memory.peak_bytes) if self.memory else 0
+
+    def utilization(self, unit: str) -> float:
+        """Time-weighted Cube or Vector utilisation over the model's kernels."""
+        total = sum(k.time_us for k in self.kernels if k.unit != "cpu")
+        if not total:
+            return 0.0
+        attr = "cube_utilization" if unit == "cube" else "vector_utilization"
+        return sum(getattr(r, attr) * r.time_us for k in self.kernels for r in k.reports) / total
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model, "chip": self.chip.name, "level": self.level, "precision": self.precision,
+            "batch": self.batch, "latency_us": self.latency_us, "throughput_per_s": self.throughput_per_s,
+            "kernel_count": len(self.kernels), "gm_bytes": self.gm_bytes,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "peak_memory_bytes_with_reuse": int(self.memory.peak_bytes_reuse) if self.memory else 0,
+            "cube_utilization": self.utilization("cube"), "vector_utilization": self.utilization("vector"),
+            "fallback_ops": list(self.fallback_ops), "kernels": [k.to_dict() for k in self.kernels],
+            "serial_us": sum(k.time_us for k in self.kernels),
+            "passes": [{"name": p.name, "latency_us": p.latency_us, "kernel_count": p.kernel_count,
+                        "gm_bytes": p.gm_bytes, "summary": p.summary,
+                        "notes": [{"node": n.node, "reason": n.reason} for n in p.notes]} for p in self.passes],
+            "notes": list(self.notes),
+        }
+
+    def table(self, top: int = 15) -> str:
+        rows = sorted(self.kernels, key=lambda k: -k.time_us)[:top]
+        width = max([len(k.name) for k in rows] + [6])
+        lines = [f"{self.model} on {self.chip.name}, level {self.level}, {self.precision}, batch {self.batch}",
+                 f"{'kernel':<{width}}  {'unit':<11}  {'time us':>9}  {'GM MB':>8}  fused ops"]
+        for k in rows:
+            ops = ", ".join(t.split(".")[1] if t.startswith("aten.") else t for t in k.fused_ops)
+            lines.append(f"{k.name:<{width}}  {k.unit:<11}  {k.time_us:9.1f}  {k.gm_bytes / 1e6:8.2f}  {ops}")
+        lines.append(f"total: {len(self.kernels)} kernels, {self.latency_us:,.1f} us, "
+                     f"{self.throughput_per_s:,.1f} samples/s, GM {self.gm_bytes / 1e6:,.1f} MB, "
+                     f"cube {self.utilization('cube'):.0%}, vector {self.utilization('vector'):.0%}, "
+                     f"peak memory {self.peak_memory_bytes / 1e6:,.1f} MB")
+        if self.fallback_ops:
+            lines.append(f"CPU fallbacks: {', '.join(self.fallback_ops)}")
+        lines.extend(f"note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+
+__all__ = ["PassStep", "Report"]

@@ -1,0 +1,250 @@
+"""The kernel IR: what the chip runs, as frozen values the passes produce and the costers obey.
+
+Every kind of kernel the chip runs is a frozen dataclass (a *spec*): a Cube kernel (matmul or
+convolution as implicit GEMM, with its dtypes, GM formats, epilogue and tiling), a Vector kernel
+(a chain of vector operators over a tensor, with its storage and compute dtypes), attention
+(FlashAttention or the unfused three-kernel sequence, with its block sizes), a TransData (a
+format conversion), a Host kernel (a CPU fallback paying the host link), a Custom kernel (a user
+operator with a declared cost) and a Decomposed composite (primitives run one after another).
+
+A spec names no graph node and no module path: identical layers share one spec, so they are
+costed once (the costers' memo is keyed by the spec and the chip). Where a spec sits in a model
+is the `Kernel` around it: its display name, the graph nodes it computes and their ATen targets.
+
+Specs are written by the passes (`pypto_lab.passes`), starting from `map_ops` (which lowers every
+ATen node with `pypto_lab.kernels.lower`) and refined by the fusion, layout, precision and tiling
+passes with `dataclasses.replace`; nothing downstream re-derives a decision from op names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ..hw.capabilities import NO_EPILOGUE, Epilogue
+from ..hw.tiling import CubeTile
+
+GM_DTYPES = ("fp16", "bf16", "fp32", "int8")
+VECTOR_DTYPES = ("fp16", "bf16", "fp32")
+
+
+class KernelSpec:
+    """Base of the kernel specs: ``kind`` names the kind; ``unit`` what the kernel runs on ("cube",
+    "vector", "move", "cube+vector", "cpu")."""
+
+    kind: ClassVar[str] = ""
+
+    @property
+    def unit(self) -> str:
+        raise NotImplementedError
+
+
+def _positive(kind: str, **dims: int) -> None:
+    for label, v in dims.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ValueError(f"{kind} {label} = {v!r}: must be a positive integer")
+
+
+@dataclass(frozen=True)
+class InputQuant:
+    """An fp16 activation quantised to int8 before a Cube kernel reads it: one Vector pass over its
+    ``numel`` elements (``row_len`` per row), preceded by a max-reduction when the scale is found
+    at run time (``dynamic``)."""
+
+    numel: int
+    row_len: int
+    dynamic: bool = False
+
+
+@dataclass(frozen=True)
+class CubeKernel(KernelSpec):
+    """``batch`` independent ``C[m, n] = A[m, k] @ B[k, n]`` on the Cube (a convolution as implicit
+    GEMM: M = N*Ho*Wo, K = C_in*kh*kw / groups, N = C_out / groups, batch = groups)."""
+
+    kind: ClassVar[str] = "cube"
+    op: str                          # the CANN operator, e.g. "Conv2D", "MatMulV2", "BatchMatMulV2"
+    batch: int
+    m: int
+    k: int
+    n: int
+    dtype: str                       # what the Cube multiplies: fp16 / bf16 / fp32 / int8
+    out_dtype: str                   # what the kernel writes to GM
+    epilogue: Epilogue = NO_EPILOGUE
+    tile: CubeTile | None = None     # None: the chip's default tiling
+    a_format: str = ""               # GM formats of A and C ("" until the layout pass assigns them)
+    c_format: str = ""
+    quantize_input: InputQuant | None = None
+
+    def __post_init__(self):
+        _positive("Cube kernel", batch=self.batch, m=self.m, k=self.k, n=self.n)
+        if self.dtype not in GM_DTYPES or self.out_dtype not in GM_DTYPES + ("int32",):
+            raise ValueError(f"Cube kernel dtype {self.dtype!r} -> {self.out_dtype!r}: the Cube multiplies "
+                             f"{', '.join(GM_DTYPES)}")
+
+    @property
+    def unit(self) -> str:
+        return "cube"
+
+    @property
+    def is_conv(self) -> bool:
+        return self.op == "Conv2D"
+
+
+@dataclass(frozen=True)
+class VectorKernel(KernelSpec):
+    """A chain of vector operators (names of `pypto_lab.hw.kernels.VECTOR_OPS`) applied tile by tile
+    to ``numel`` elements, rows of ``row_len`` for row-wise operators. ``inputs`` is how many tensors
+    stream in from GM (None: the single operator's own inputs, as an unfused kernel reads them).
+    A chain of only "copy" is data movement (unit "move")."""
+
+    kind: ClassVar[str] = "vector"
+    op: str                          # the CANN operator(s), e.g. "Add+Relu", "LayerNorm"
+    ops: tuple[str, ...]
+    numel: int
+    dtype: str                       # what GM holds
+    compute_dtype: str               # what the Vector unit computes in (fp32 kept for softmax / norms)
+    inputs: int | None = None
+    row_len: int | None = None
+
+    def __post_init__(self):
+        _positive("Vector kernel", numel=self.numel)
+        if not self.ops:
+            raise ValueError("a Vector kernel needs at least one operator")
+        if self.dtype not in VECTOR_DTYPES + ("int8",) or self.compute_dtype not in VECTOR_DTYPES:
+            raise ValueError(f"Vector kernel dtype {self.dtype!r} computed in {self.compute_dtype!r}: GM holds "
+                             f"{', '.join(VECTOR_DTYPES)}, the Vector unit computes in {', '.join(VECTOR_DTYPES)}")
+
+    @property
+    def unit(self) -> str:
+        return "move" if all(o == "copy" for o in self.ops) else "vector"
+
+
+@dataclass(frozen=True)
+class AttentionKernel(KernelSpec):
+    """``O = softmax(Q K^T / sqrt(d)) V`` for ``batch_heads`` heads: FlashAttention (one kernel, the
+    online softmax on the Vector unit, no s_q x s_k scores in GM) when ``flash``, else the unfused
+    BatchMatMul, SoftmaxV2, BatchMatMul with the scores in GM."""
+
+    kind: ClassVar[str] = "attention"
+    batch_heads: int
+    s_q: int
+    s_k: int
+    d: int
+    dtype: str
+    flash: bool = False
+    block_q: int | None = None       # FlashAttention's blocks; None: the chip's default
+    block_k: int | None = None
+
+    def __post_init__(self):
+        _positive("attention", batch_heads=self.batch_heads, s_q=self.s_q, s_k=self.s_k, d=self.d)
+
+    @property
+    def unit(self) -> str:
+        return "cube+vector"
+
+    @property
+    def op(self) -> str:
+        return "FlashAttentionScore" if self.flash else "UnfusedAttention(BatchMatMul+SoftmaxV2+BatchMatMul)"
+
+
+@dataclass(frozen=True)
+class TransDataKernel(KernelSpec):
+    """A format conversion of ``numel`` elements (a GM -> UB -> GM copy)."""
+
+    kind: ClassVar[str] = "transdata"
+    numel: int
+    dtype: str
+    src_format: str
+    dst_format: str
+
+    @property
+    def unit(self) -> str:
+        return "move"
+
+    @property
+    def op(self) -> str:
+        return "TransData"
+
+
+@dataclass(frozen=True)
+class HostKernel(KernelSpec):
+    """An operator the catalogue does not know, run on the host: its inputs go device -> host and
+    its outputs host -> device over the card's link (the CPU's own compute time is not modelled)."""
+
+    kind: ClassVar[str] = "host"
+    op: str                          # the ATen target
+    bytes_in: int
+    bytes_out: int
+
+    @property
+    def unit(self) -> str:
+        return "cpu"
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """Shape and dtype (a torch dtype name) of a custom operator's tensor argument."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class CustomKernel(KernelSpec):
+    """A user operator (`pypto_lab.custom_op`) costed from what it declared: a cost function called
+    with its arguments as meta tensors, or its flops / bytes on the Vector unit or as data movement.
+    ``args`` are the captured arguments (tensors as `TensorMeta`), ``declared_unit`` the unit it
+    was registered on."""
+
+    kind: ClassVar[str] = "custom"
+    name: str
+    declared_unit: str
+    args: tuple[Any, ...]
+    out: tuple[TensorMeta, ...]
+    dtype: str                       # the dtype GM holds its tensors in
+    cost_fn: Callable | None = field(default=None, compare=True)
+    flops: float | None = None
+    nbytes: float | None = None
+
+    @property
+    def unit(self) -> str:
+        return self.declared_unit
+
+    @property
+    def op(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class Decomposed(KernelSpec):
+    """A composite operator run as its primitives, one kernel each (a GM round trip between them)."""
+
+    kind: ClassVar[str] = "decomposed"
+    op: str
+    parts: tuple[KernelSpec, ...]
+
+    @property
+    def unit(self) -> str:
+        units = {p.unit for p in self.parts}
+        return units.pop() if len(units) == 1 else "vector"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel of a model: its spec, where it comes from (``name``, e.g. "Conv2D:layer1.0.conv1"),
+    the graph nodes it computes and their ATen targets (views excluded)."""
+
+    name: str
+    spec: KernelSpec
+    nodes: tuple[str, ...]
+    fused_ops: tuple[str, ...]
+    anchor: str
+
+    @property
+    def unit(self) -> str:
+        return self.spec.unit
+
+
+__all__ = ["AttentionKernel", "CubeKernel", "CustomKernel", "Decomposed", "HostKernel", "InputQuant", "Kernel",
+           "KernelSpec", "TensorMeta", "TransDataKernel", "VectorKernel"]

@@ -1,0 +1,144 @@
+"""The shape of the package: data flows one way, so its import graph has no cycle, and the chip
+model (`pypto_lab/hw`) imports nothing from the compiler built on top of it.
+
+The import graph is read from the source with `ast`: every ``import`` and ``from ... import``
+of a pypto_lab module, at module level or inside a function (an import hidden in a function to
+dodge a cycle is still a cycle). ``from pkg import name`` is an edge to ``pkg.name`` when that is
+a module, else to ``pkg``. Imports under ``if TYPE_CHECKING:`` are not executed and not counted.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "pypto_lab"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in ROOT.rglob("*.py"):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _is_package(name: str) -> bool:
+    return MODULES[name].name == "__init__.py"
+
+
+def _type_checking_lines(tree: ast.AST) -> set[int]:
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for sub in node.body:
+                lines.update(range(sub.lineno, (sub.end_lineno or sub.lineno) + 1))
+    return lines
+
+
+def imports_of(name: str) -> set[str]:
+    """The pypto_lab modules ``name`` imports, anywhere in its source."""
+    tree = ast.parse(MODULES[name].read_text(), str(MODULES[name]))
+    skip = _type_checking_lines(tree)
+    package = name if _is_package(name) else name.rsplit(".", 1)[0]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name in MODULES)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            if mod not in MODULES:
+                continue
+            for a in node.names:
+                sub = f"{mod}.{a.name}"
+                out.add(sub if sub in MODULES else mod)
+    out.discard(name)
+    return out
+
+
+GRAPH = {name: imports_of(name) for name in MODULES}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_import_graph_is_read_from_the_source():
+    assert "pypto_lab.kernels.ir" in GRAPH["pypto_lab.capture.graph"]
+    assert "pypto_lab.hw.chip" in GRAPH["pypto_lab.optimize"]
+    assert len(MODULES) > 60
+
+
+def test_there_is_no_import_cycle_inside_pypto_lab():
+    cycles = _cycles(GRAPH)
+    assert not cycles, "import cycles (each a set of modules importing each other): " + "; ".join(
+        " <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_chip_model_imports_nothing_from_the_compiler():
+    allowed = ("pypto_lab.hw", "pypto_lab.fileio")
+    bad = {name: sorted(i for i in deps if not i.startswith(allowed))
+           for name, deps in GRAPH.items() if name.startswith("pypto_lab.hw")}
+    assert not {k: v for k, v in bad.items() if v}
+
+
+@pytest.mark.parametrize("stage, forbidden", [
+    ("pypto_lab.kernels", ("pypto_lab.passes", "pypto_lab.optimize", "pypto_lab.analysis", "pypto_lab.viz")),
+    ("pypto_lab.passes", ("pypto_lab.optimize", "pypto_lab.analysis", "pypto_lab.viz", "pypto_lab.runtime")),
+    ("pypto_lab.capture", ("pypto_lab.passes", "pypto_lab.optimize", "pypto_lab.analysis", "pypto_lab.viz")),
+])
+def test_each_stage_imports_only_the_stages_before_it(stage, forbidden):
+    late = {name: sorted(i for i in deps if i.startswith(forbidden))
+            for name, deps in GRAPH.items() if name.startswith(stage)}
+    assert not {k: v for k, v in late.items() if v}

@@ -17,16 +17,16 @@ import time
 import torch
 import torch.nn as nn
 
-from pypto_lab.kernels import cost as model_cost
 from pypto_lab.capture import capture
-from pypto_lab.optimize import optimize
 from pypto_lab.capture.zoo import bert_base, resnet50
+from pypto_lab.kernels.cost import clear_memo
+from pypto_lab.optimize import optimize
 
 
 def timed(fn, repeats: int) -> float:
     times = []
     for _ in range(repeats):
-        model_cost._MEMO.clear()
+        clear_memo()
         t = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t)

@@ -9,25 +9,26 @@ BatchNorm folded and how many ReLUs and residual adds ride in a convolution's ke
 
 from __future__ import annotations
 
-from pypto_lab.optimize import optimize
 from pypto_lab.capture.zoo import bert_base, resnet50
+from pypto_lab.kernels.ir import AttentionKernel
+from pypto_lab.optimize import optimize
 
 
 def conv_bn_relu(om) -> str:
     """Convolutions with their BatchNorm folded; ReLUs and residual adds inside a convolution's kernel."""
-    conv_groups = {n.attrs.get("group") for n in om.graph.nodes if n.op == "conv2d"} - {None}
     convs = [n for n in om.graph.nodes if n.op == "conv2d"]
     if not convs:
         return "-"
+    conv_groups = {n.group for n in convs} - {None}
     relus = [n for n in om.graph.nodes if n.op in ("relu", "relu_")]
-    adds = [n for n in om.graph.nodes if n.op in ("add", "add_") and n.attrs.get("unit") == "vector"]
-    fused = lambda ns: sum(n.attrs.get("group") in conv_groups for n in ns)  # noqa: E731
-    return (f"BN {sum(bool(n.attrs.get('folded_bn')) for n in convs)}/{len(convs)}, "
+    adds = [n for n in om.graph.nodes if n.op in ("add", "add_") and n.unit == "vector"]
+    fused = lambda ns: sum(n.group in conv_groups for n in ns)  # noqa: E731
+    return (f"BN {sum(n.folded_bn is not None for n in convs)}/{len(convs)}, "
             f"ReLU {fused(relus)}/{len(relus)}, add {fused(adds)}/{len(adds)}")
 
 
 def fused_attention(om) -> int:
-    return sum(1 for n in om.graph.nodes if n.attrs.get("flash"))
+    return sum(1 for n in om.graph.nodes if isinstance(n.kernel, AttentionKernel) and n.kernel.flash)
 
 
 def main() -> None:

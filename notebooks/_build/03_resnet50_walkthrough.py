@@ -102,12 +102,12 @@ om1 = optimize(model, (x,), chip=CHIP, level=1)
 r1 = om1.report()
 
 def conv_fusion_counts(om):
-    conv_groups = {n.attrs.get("group") for n in om.graph.nodes if n.op == "conv2d"} - {None}
+    conv_groups = {n.group for n in om.graph.nodes if n.op == "conv2d"} - {None}
     convs = [n for n in om.graph.nodes if n.op == "conv2d"]
     relus = [n for n in om.graph.nodes if n.op in ("relu", "relu_")]
-    adds = [n for n in om.graph.nodes if n.op in ("add", "add_") and n.attrs.get("unit") == "vector"]
-    in_conv = lambda ns: sum(n.attrs.get("group") in conv_groups for n in ns)
-    return {"convs": len(convs), "bn_folded": sum(bool(n.attrs.get("folded_bn")) for n in convs),
+    adds = [n for n in om.graph.nodes if n.op in ("add", "add_") and n.unit == "vector"]
+    in_conv = lambda ns: sum(n.group in conv_groups for n in ns)
+    return {"convs": len(convs), "bn_folded": sum(n.folded_bn is not None for n in convs),
             "relus": len(relus), "relus_fused": in_conv(relus), "adds": len(adds), "adds_fused": in_conv(adds)}
 """)
 
@@ -129,8 +129,8 @@ of whichever convolution the schedule computes **last**, since only then are bot
 code("""
 for step in r1.passes:
     if step.name in ("fold_batchnorm", "fuse_conv_bn_relu"):
-        for note in step.notes[:3]:
-            print(f"{step.name}: {note}")
+        for line in step.lines[:3]:
+            print(f"{step.name}: {line}")
 """)
 
 md("""
@@ -208,16 +208,16 @@ before the flatten + FC layer, and at the output.
 code("""
 om2 = optimize(model, (x,), chip=CHIP, level=2)
 r2 = om2.report()
-print(step(r2, "layout").notes[0])
+print(step(r2, "layout").summary)
 """)
 
 code("""
 # NBVAL_CHECK_OUTPUT
 for chip in ("Ascend910A", "Ascend910B1"):
     om = om2 if chip == CHIP else optimize(model, (x,), chip=chip, level=2)
-    tds = [n for n in om.graph.nodes if n.attrs.get("npu_op") == "TransData"]
-    formats = collections.Counter(n.attrs.get("format") for n in om.graph.nodes if n.attrs.get("unit") == "cube")
-    print(f"{chip}: {len(tds)} TransData: " + ", ".join(f"{n.attrs['src_format']}->{n.attrs['dst_format']}" for n in tds))
+    tds = [n.kernel for n in om.graph.nodes if n.target == "pypto.transdata"]
+    formats = collections.Counter(n.format for n in om.graph.nodes if n.unit == "cube")
+    print(f"{chip}: {len(tds)} TransData: " + ", ".join(f"{t.src_format}->{t.dst_format}" for t in tds))
     print(f"   formats of the Cube kernels: {dict(formats)}")
 """)
 
@@ -322,7 +322,7 @@ code("""
 prev = None
 for p in reps[3].passes:
     change = "" if prev is None else f"{p.latency_us - prev:+9,.1f}"
-    print(f"{p.name:18s} {p.latency_us:9,.1f} us {change:>10s} {p.kernel_count:4d} kernels  {p.notes[0][:70] if p.notes else ''}")
+    print(f"{p.name:18s} {p.latency_us:9,.1f} us {change:>10s} {p.kernel_count:4d} kernels  {p.summary[:70]}")
     prev = p.latency_us
 """)
 

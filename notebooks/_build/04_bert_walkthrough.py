@@ -87,8 +87,8 @@ The passes say what they did:
 code("""
 for p in reps["Ascend910B1"][1].passes:
     if p.name in ("decompose", "fuse_conv_bn_relu", "fuse_layernorm", "fuse_attention", "fuse_elementwise"):
-        for note in p.notes[:2]:
-            print(f"{p.name}: {note}")
+        for line in p.lines[:2]:
+            print(f"{p.name}: {line}")
 """)
 
 code("""
@@ -96,11 +96,11 @@ code("""
 g1 = oms["Ascend910B1"][1].graph
 groups = collections.defaultdict(list)
 for n in g1.nodes:
-    groups[n.attrs.get("group", n.name)].append(n)
-flash = sum(1 for n in g1.nodes if n.attrs.get("flash"))
+    groups[n.anchor].append(n)
+flash = sum(1 for n in g1.nodes if getattr(n.kernel, "flash", False))
 ln_fused = sum(1 for ns in groups.values() if any(n.op == "layer_norm" for n in ns))
 ln_with_add = sum(1 for ns in groups.values() if any(n.op == "layer_norm" for n in ns) and any(n.op == "add" for n in ns))
-gelu_epi = sum(1 for ns in groups.values() if any(n.op == "gelu" for n in ns) and any(n.attrs.get("unit") == "cube" for n in ns))
+gelu_epi = sum(1 for ns in groups.values() if any(n.op == "gelu" for n in ns) and any(n.unit == "cube" for n in ns))
 print(f"fused attentions (FlashAttention, one kernel each): {flash}")
 print(f"fused LayerNorms: {ln_fused} ({ln_with_add} with their residual add)")
 print(f"GELUs in a matmul epilogue: {gelu_epi}")
@@ -266,7 +266,7 @@ stay ND and no TransData is needed.
 code("""
 # NBVAL_CHECK_OUTPUT
 for chip in CHIPS:
-    print(f"{chip}: {next(p for p in reps[chip][2].passes if p.name == 'layout').notes[0]}")
+    print(f"{chip}: {next(p for p in reps[chip][2].passes if p.name == 'layout').summary}")
 """)
 
 code("""

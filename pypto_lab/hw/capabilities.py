@@ -34,6 +34,7 @@ Sources:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from .chip import CORE_VERSIONS, Chip
 
@@ -74,12 +75,12 @@ class Epilogue:
             raise ValueError(f"epilogue puts {sorted(stray)} on FixPipe but does not apply them; stages: "
                              f"{', '.join(self.stages) or 'none'}")
 
-    @property
+    @cached_property
     def stages(self) -> tuple[str, ...]:
         """The stages applied, in the order the result meets them."""
         return tuple(s for s in STAGES if (getattr(self, s) if s != "activation" else bool(self.activation)))
 
-    @property
+    @cached_property
     def vector_stages(self) -> tuple[str, ...]:
         return tuple(s for s in self.stages if s not in self.fixpipe)
 

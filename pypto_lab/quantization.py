@@ -29,7 +29,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .capture import zoo
 from .hw import numerics
+from .optimize import optimize
 
 INT8_MIN, INT8_MAX = numerics.INT8_RANGE
 DYNAMIC_TYPES = (nn.Linear, nn.Conv2d)
@@ -489,9 +491,6 @@ def minilm_int8_report(chip: str = "Ascend910B1", level: int = 2, batch: int = 8
     `pypto_lab.optimize`'s latency for fp32, fp16, precision "int8" on the float model, and the
     int8 model (its Linear layers int8, the rest fp16). ``static`` adds `quantize_static`
     calibrated on the same sentences."""
-    from .capture import zoo
-    from .optimize import optimize
-
     sentences = sentences if sentences is not None else load_sentences()
     model, (ids,) = zoo.minilm(batch=batch, seq=seq)
     tok = minilm_tokenizer()

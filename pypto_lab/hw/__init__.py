@@ -2,6 +2,7 @@
 calibration against measured micro-benchmarks."""
 
 from .attention import simulate_attention
+from .calibration import microbench as _microbench
 from .chip import (
     PIPES,
     Buffer,
@@ -23,8 +24,6 @@ from .tiling import CubeTile, TilingError, VecTile
 def microbench(chip, table, path_or_instr, dtypes="", x=None, m=None, k=None, n=None):
     """The model's prediction for one row of the calibration CSV, in the CSV's unit
     (GB/s for transfers, ops/cycle for mmad and vector). See `pypto_lab.hw.calibration`."""
-    from .calibration import microbench as _microbench
-
     return _microbench(get_chip(chip), table, path_or_instr, dtypes, x=x, m=m, k=k, n=n)
 
 

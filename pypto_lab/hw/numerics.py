@@ -43,6 +43,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .chip import get_chip
+
 FLOAT_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 CUBE_DTYPES = ("fp16", "bf16", "fp32", "int8")
 ACCUMULATOR = {"fp16": "fp32", "bf16": "fp32", "fp32": "fp32", "int8": "int32"}
@@ -72,8 +74,6 @@ def cube_dtypes(chip: Any = None) -> tuple[str, ...]:
 
 
 def _get_chip(chip: Any):
-    from .chip import get_chip
-
     return get_chip(chip)
 
 

@@ -24,8 +24,12 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+from .. import __version__
+from ..capture.zoo import load_model
 from ..fileio import write_text_atomic
 from ..hw.chip import get_chip, list_chips
+from ..optimize import LEVELS, optimize
+from . import views
 
 DEFAULT_CHIPS = ("Ascend910A", "Ascend910B1")
 LEVEL_COLOURS = ("#8c8c8c", "#4c72b0", "#55a868", "#c44e52")
@@ -50,8 +54,6 @@ class Walkthrough:
 
     def load(self):
         if isinstance(self.model, str):
-            from ..capture.zoo import load_model
-
             return load_model(self.model, self.batch, self.seq)
         model, inputs = self.model(batch=self.batch, seq=self.seq)
         return model, inputs if isinstance(inputs, tuple) else (inputs,)
@@ -87,8 +89,6 @@ def run_walkthroughs(walkthroughs: Sequence[Walkthrough] = DEFAULT_WALKTHROUGHS,
                      chips: Sequence[str] = DEFAULT_CHIPS, precision: str = "fp16",
                      progress: Callable[[str], None] | None = None) -> list[WalkthroughResult]:
     """Optimise every walkthrough's model at levels 0-3 on every chip."""
-    from ..optimize import LEVELS, optimize
-
     results = []
     for wt in walkthroughs:
         start = time.perf_counter()
@@ -230,8 +230,6 @@ def figure_roofline(label: str, chip_name: str, report) -> Figure:
 
 def _views_figure(name: str, *args, **kwargs) -> Figure | None:
     """A plot from `pypto_lab.views` when it has one of this name (the notebooks' own views)."""
-    from . import views
-
     func = getattr(views, name, None)
     return func(*args, **kwargs) if callable(func) else None
 
@@ -281,8 +279,6 @@ def _figure(title: str, b64: str) -> str:
 
 
 def render_html(tour: TourReport) -> str:
-    from .. import __version__
-
     out = [f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>pypto_lab tour</title>"
            f"<style>{_CSS}</style></head><body>",
            "<h1>pypto_lab tour: PyTorch models on simulated Ascend NPUs</h1>",

@@ -10,6 +10,8 @@ import textwrap
 import numpy as np
 from matplotlib.figure import Figure
 
+from ..analysis.memory_plan import memory_plan
+from ..capture.graph import Graph
 from ..hw.chip import DTYPE_BYTES, PIPES, get_chip
 
 PIPE_COLOURS = {
@@ -71,8 +73,6 @@ def plot_pipe_busy(report) -> Figure:
 
 def _unwrap(obj):
     """(graph, report, optimized) of an OptimizedModel, a Report or a Graph (missing ones None)."""
-    from ..capture.graph import Graph
-
     if isinstance(obj, Graph):
         return obj, None, None
     if hasattr(obj, "graph") and hasattr(obj, "report"):
@@ -367,8 +367,6 @@ def plot_memory_occupancy(optimized) -> Figure:
         raise ValueError("this report has no memory plan")
     reuse_plan = None
     if not plan.reuse and graph is not None:
-        from ..analysis.memory_plan import memory_plan
-
         reuse_plan = memory_plan(graph, precision=plan.precision, reuse=True)
     live, no_reuse, reuse = _arena_curves(plan, reuse_plan)
     x = np.arange(len(live))

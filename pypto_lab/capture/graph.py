@@ -7,7 +7,6 @@ graph's outputs.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,8 +116,9 @@ class Node:
     def copy(self) -> Node:
         """An independent copy: lists and dicts are copied; captured arguments, shapes and the
         typed annotations (frozen values) are shared."""
-        return dataclasses.replace(self, inputs=list(self.inputs), kwargs=dict(self.kwargs),
-                                   outputs=list(self.outputs), input_formats=dict(self.input_formats))
+        return Node(self.name, self.target, list(self.inputs), self.args, dict(self.kwargs), list(self.outputs),
+                    self.module, self.module_type, self.npu, self.kernel, self.group, self.fused_by,
+                    self.folded_bn, self.format, dict(self.input_formats))
 
     @property
     def op(self) -> str:
@@ -178,7 +178,7 @@ class Graph:
         """An independent copy for a pass to rewrite. Shapes (TensorInfo), captured arguments and
         the typed annotations are frozen or replaced, never edited in place, so they are shared;
         lists and dicts are copied (a deepcopy of the whole graph cost more than the passes)."""
-        return Graph({k: dataclasses.replace(v) for k, v in self.values.items()},
+        return Graph({k: Value(v.name, v.kind, v.info, v.target) for k, v in self.values.items()},
                      [n.copy() for n in self.nodes], list(self.outputs), self.model_name, self.exported_program)
 
     def __len__(self) -> int:

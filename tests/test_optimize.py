@@ -183,3 +183,9 @@ def test_models_nobody_tuned_for_run_end_to_end(build):
     assert all(op.startswith("aten.") for op in rep.fallback_ops)
     if build == "gpt2":
         assert "aten.diff.default" in rep.fallback_ops  # the attention-mask arithmetic runs on the CPU lane
+
+
+def test_an_empty_batch_is_refused_rather_than_given_a_latency():
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU())
+    with pytest.raises(OptimizeError, match=r"example input 0 has shape \(0, 64\).*batch 0.*at least one sample"):
+        optimize(model, torch.randn(0, 64), chip="Ascend910B1")

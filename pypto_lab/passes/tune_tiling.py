@@ -22,7 +22,7 @@ from ..hw.attention import attention_block_candidates
 from ..hw.chip import get_chip
 from ..hw.tiling import cube_tile_candidates
 from ..kernels.cost import _shape, attention_dtype, cost_kernel, gemm_of, kernels_of
-from ..tuning import screen_space
+from ..hw.tile_search import screen_space
 from .base import Pass, PassContext, PassResult, register
 
 

@@ -220,7 +220,21 @@ def simulate_conv2d(n: int, c_in: int, h: int, w: int, c_out: int, kernel: int |
                     tile: CubeTile | dict | None = None, double_buffer: bool = True,
                     epilogue: Epilogue | str = "none") -> KernelReport:
     """Convolution as implicit GEMM: M = N*Ho*Wo, K = C_in*kh*kw, N = C_out (img2col in L1)."""
-    kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
+    for label, v in (("n", n), ("c_in", c_in), ("h", h), ("w", w), ("c_out", c_out)):
+        if not _is_int(v) or v <= 0:
+            raise ValueError(f"conv2d {label} = {v!r}: tensor dimensions must be positive integers; "
+                             f"e.g. simulate_conv2d(1, 64, 56, 56, 64)")
+    pair = isinstance(kernel, (tuple, list)) and len(kernel) == 2 and all(map(_is_int, kernel))
+    if not (_is_int(kernel) or pair) or min(kernel if pair else (kernel,)) <= 0:
+        raise ValueError(f"conv2d kernel = {kernel!r}: the kernel size must be a positive integer or a pair of them "
+                         "(kh, kw); e.g. kernel=3 or kernel=(1, 7)")
+    if not _is_int(stride) or stride <= 0:
+        raise ValueError(f"conv2d stride = {stride!r}: the stride must be a positive integer (1 visits every "
+                         "position); e.g. stride=1 or stride=2")
+    if not _is_int(padding) or padding < 0:
+        raise ValueError(f"conv2d padding = {padding!r}: padding must be a non-negative integer (zeros added on "
+                         "each side); use padding=0 for none")
+    kh, kw = (kernel, kernel) if _is_int(kernel) else kernel
     ho = (h + 2 * padding - kh) // stride + 1
     wo = (w + 2 * padding - kw) // stride + 1
     if ho <= 0 or wo <= 0:
@@ -238,6 +252,14 @@ def simulate_conv2d(n: int, c_in: int, h: int, w: int, c_out: int, kernel: int |
 
 
 # ---- Vector kernel --------------------------------------------------------------------------
+
+VECTOR_DTYPES = ("fp16", "bf16", "fp32", "int8", "int16", "int32")  # what a vector kernel's tensors may hold
+VECTOR_COMPUTE_DTYPES = ("fp16", "bf16", "fp32")                     # what a widened computation runs in
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
 
 @dataclass(frozen=True)
 class VectorOp:
@@ -315,10 +337,20 @@ def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: s
     chip = get_chip(chip)
     if isinstance(op, str) and op not in VECTOR_OPS:
         raise ValueError(f"vector op {op!r} is not known; choose one of {', '.join(VECTOR_OPS)}")
-    if dtype not in DTYPE_BYTES:
-        raise ValueError(f"dtype {dtype!r} is not known; choose one of fp16, bf16, fp32, int8, int16, int32")
-    if not isinstance(numel, (int, np.integer)) or numel <= 0:
+    if dtype not in VECTOR_DTYPES:
+        raise ValueError(f"vector dtype {dtype!r} is not supported: the Vector unit computes "
+                         f"{', '.join(VECTOR_DTYPES)} (the chip presets time no other arithmetic); cast the tensor "
+                         "to one of them first (e.g. int64 -> int32, int4 -> int8)")
+    if compute_dtype is not None and compute_dtype not in VECTOR_COMPUTE_DTYPES:
+        what = "is not supported:" if compute_dtype in DTYPE_BYTES else "is not known;"
+        raise ValueError(f"compute_dtype {compute_dtype!r} {what} a widened computation runs in "
+                         f"{', '.join(VECTOR_COMPUTE_DTYPES)}; pass compute_dtype='fp32' (or None to compute in "
+                         f"dtype {dtype!r})")
+    if not _is_int(numel) or numel <= 0:
         raise ValueError(f"numel = {numel!r}: must be a positive integer")
+    if row_len is not None and (not _is_int(row_len) or row_len <= 0):
+        raise ValueError(f"row_len = {row_len!r}: a row must hold a positive integer number of elements; pass a "
+                         f"divisor of numel = {numel} (e.g. the last dimension), or None for the default")
     spec = VECTOR_OPS[op] if isinstance(op, str) else op
     op_name = op if isinstance(op, str) else (name or "fused vector op")
     if spec.row_wise:
@@ -328,8 +360,6 @@ def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: s
     else:
         row_len = None
     cdt = compute_dtype or dtype
-    if cdt not in DTYPE_BYTES:
-        raise ValueError(f"compute_dtype {cdt!r} is not known; choose one of fp16, bf16, fp32")
     eb = DTYPE_BYTES[dtype]
     if isinstance(tile, dict):
         tile = VecTile(**tile)

@@ -29,7 +29,6 @@ from .capabilities import EPILOGUE_NAMES, VECTOR_ACTIVATIONS, Epilogue, as_epilo
 from .chip import DTYPE_BYTES, Chip, get_chip
 from .programs import (
     CubeProgram,
-    check_instruction_budget,
     cube_placements,
     dtypes_key,
     emit_repeats,
@@ -181,11 +180,10 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
     for core in range(active):
         mine = shapes[core::chip.cube_cores]
         groups.setdefault(mine.tobytes(), (mine, []))[1].append(core)
-    sizes = [program.size(mine, k) for mine, _ in groups.values()]
-    check_instruction_budget([s[0] for s in sizes], f"simulate_matmul({m}, {k}, {n}, batch={batch}) with tile {tile}",
-                             "use larger tiles (m_l1, n_l1, k_l0) or simulate a smaller problem")
-    parts = [(program.simulate(mine, k, size), cube_placements(chip, cores))
-             for (mine, cores), size in zip(groups.values(), sizes)]
+    simulated = program.simulate_all([mine for mine, _ in groups.values()], k,
+                                     f"simulate_matmul({m}, {k}, {n}, batch={batch}) with tile {tile}",
+                                     "use larger tiles (m_l1, n_l1, k_l0) or simulate a smaller problem")
+    parts = [(sim, cube_placements(chip, cores)) for sim, (_, cores) in zip(simulated, groups.values())]
     tl = simulate_placed(parts, chip.cube_cores + (chip.vector_cores if chip.split_cores else 0))
 
     flops = 2.0 * batch * m * n * k

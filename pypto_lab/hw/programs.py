@@ -125,6 +125,9 @@ def dtypes_key(instr: str, dtype: str) -> str:
     return d
 
 
+_TIMINGS: dict = {}  # (id(vector unit), instruction, dtype) -> (vector unit, its timing): lookups are hot
+
+
 def emit_vector_ops(prog: Program, core: int, chip: Chip, ops, elems: int, dtype: str, deps) -> int:
     """Emit the vector instructions ``ops`` ((instruction, passes), ...) that process ``elems``
     elements of ``dtype``; the first waits on ``deps``. Returns the last index.
@@ -133,11 +136,15 @@ def emit_vector_ops(prog: Program, core: int, chip: Chip, ops, elems: int, dtype
     issued as several instructions, as Ascend C's repeatTimes <= 255 requires.
     """
     eb = DTYPE_BYTES[dtype]
-    repeats_total = max(1, ceil_div(int(elems * eb), chip.vector.repeat_bytes))
+    vector = chip.vector
+    repeats_total = max(1, ceil_div(int(elems * eb), vector.repeat_bytes))
     last = None
     pending = tuple(deps)
     for instr, passes in ops:
-        timing = chip.vector.timing(instr, dtypes_key(instr, dtype))
+        hit = _TIMINGS.get((id(vector), instr, dtype))
+        if hit is None or hit[0] is not vector:
+            hit = _TIMINGS[(id(vector), instr, dtype)] = (vector, vector.timing(instr, dtypes_key(instr, dtype)))
+        timing = hit[1]
         for _ in range(int(passes)):
             last = emit_repeats(prog, core, chip, instr, timing, repeats_total, pending)
             pending = ()
@@ -405,6 +412,44 @@ def _cube_core(buf, cnt, cores, bm_arr, bn_arr, geo, num, frac, paths, kinds, op
         _put(buf, cnt, c0, _MTE2, kinds[_KWB], pending[p] / hbm_share, 0.0, -1, -1, -1, -1)
 
 
+@njit(cache=True, nogil=True, error_model="numpy")
+def _simulate_cores(bm_all, bn_all, offsets, limit, geo, num, frac, paths, kinds, ops, n_kinds):
+    """Count and simulate the programs over the block lists ``bm_all/bn_all[offsets[g]:offsets[g + 1]]``
+    as they are built (one call for every distinct program of a kernel). Returns per program
+    (instructions, dependencies), busy cycles of template cores 0..2, total cycles and the first
+    use of every kind; when the instructions together exceed ``limit``, returns after counting."""
+    g_count = offsets.shape[0] - 1
+    sizes = np.zeros((g_count, 2), np.int64)
+    busy = np.zeros((g_count, 21))
+    total = np.zeros(g_count)
+    first = np.full((g_count, n_kinds), -1, np.int64)
+    cores = np.arange(3)
+    nothing = (np.empty(0, np.int32), np.empty(0, np.int8), np.empty(0, np.int32), np.empty(0), np.empty(0),
+               np.zeros(1, np.int64), np.empty(0, np.int64))
+    cnt = np.zeros(3, np.int64)
+    count_only = nothing + (np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(1), np.zeros(0, np.int64))
+    n_all = 0
+    for g in range(g_count):
+        cnt[0] = 0
+        cnt[1] = 0
+        bm = bm_all[offsets[g]:offsets[g + 1]]
+        bn = bn_all[offsets[g]:offsets[g + 1]]
+        _cube_core(count_only, cnt, cores, bm, bn, geo, num, frac, paths, kinds, ops, -1)
+        sizes[g, 0] = cnt[0]
+        sizes[g, 1] = cnt[1]
+        n_all += cnt[0]
+    if n_all > limit:
+        return sizes, busy, total, first, False
+    for g in range(g_count):
+        cnt[0] = 0
+        cnt[1] = 0
+        bm = bm_all[offsets[g]:offsets[g + 1]]
+        bn = bn_all[offsets[g]:offsets[g + 1]]
+        sim = nothing + (np.zeros(21), busy[g], np.empty(sizes[g, 0]), total[g:g + 1], first[g])
+        _cube_core(sim, cnt, cores, bm, bn, geo, num, frac, paths, kinds, ops, -1)
+    return sizes, busy, total, first, True
+
+
 _NO_SIMULATION = (np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(1), np.zeros(0, np.int64))
 
 
@@ -545,6 +590,29 @@ class CubeProgram:
         core, pipe, kind, dur, lat, ptr, idx = buf[:7]
         return ProgramArrays(core, pipe, dur, lat, kind, ptr, idx, self.names)
 
+    def simulate_all(self, block_lists: list[np.ndarray], k: int, what: str, fix: str) -> list[SimulatedProgram]:
+        """Simulate the programs over each of ``block_lists`` as they are built (one compiled call),
+        after refusing more than `MAX_SIMULATED_INSTRUCTIONS` together (`InstructionLimitError`
+        naming ``what`` and ``fix``)."""
+        arr = [np.asarray(b, np.int64).reshape(-1, 2) for b in block_lists]
+        offsets = np.zeros(len(arr) + 1, np.int64)
+        np.cumsum([a.shape[0] for a in arr], out=offsets[1:])
+        both = np.concatenate(arr) if arr else np.zeros((0, 2), np.int64)
+        self.geo[_K] = k
+        sizes, busy, total, first, done = _simulate_cores(
+            np.ascontiguousarray(both[:, 0]), np.ascontiguousarray(both[:, 1]), offsets, MAX_SIMULATED_INSTRUCTIONS,
+            self.geo, self.num, self.frac, self.paths, self.kinds, self.ops, len(self.names))
+        if not done:
+            check_instruction_budget(sizes[:, 0].tolist(), what, fix)
+        out = []
+        for g, blocks in enumerate(arr):
+            used = np.nonzero(first[g] >= 0)[0]
+            used = used[np.argsort(first[g][used], kind="stable")]
+            size = (int(sizes[g, 0]), int(sizes[g, 1]))
+            out.append(SimulatedProgram(size[0], busy[g].reshape(3, 7), float(total[g]),
+                                        [self.names[i] for i in used], _builder(self, blocks, k, size)))
+        return out
+
     def simulate(self, blocks, k: int, size: tuple[int, int]) -> SimulatedProgram:
         """Simulate the program over ``blocks`` as it is built, storing only when each instruction's
         result is ready (8 bytes per instruction): its busy cycles per pipe of template cores 0..2,
@@ -574,6 +642,10 @@ class CubeProgram:
         prog.extend(self._build(blocks, k, cores, len(prog), -1 if barrier is None else int(barrier)))
 
 
+def _builder(program: CubeProgram, blocks: np.ndarray, k: int, size: tuple[int, int]):
+    return lambda: program.build(blocks, k, size)
+
+
 def _first_use_kinds(a: ProgramArrays) -> ProgramArrays:
     """The same program with its kinds renumbered in order of first use (unused names dropped)."""
     n = a.size
@@ -594,6 +666,25 @@ def _first_index(kind, first):
         first[kind[i]] = i
 
 
+@njit(cache=True, nogil=True, error_model="numpy")
+def _mmad_block(base, core, m, k, n, kc, a0, a1, b_ready, l0a, l0b, c_free, frac, eb, cube_start, path_a, path_b):
+    """`_mmad_loop` into buffers of its own (a call from Python passes scalars and two slot states)."""
+    steps = -(-k // kc)
+    ptr = np.zeros(3 * steps + 1, np.int64)
+    buf = (np.empty(3 * steps, np.int32), np.empty(3 * steps, np.int8), np.empty(3 * steps, np.int32),
+           np.empty(3 * steps), np.empty(3 * steps), ptr, np.empty(9 * steps, np.int64),
+           np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(1), np.zeros(0, np.int64))
+    cnt = np.zeros(3, np.int64)
+    cnt[2] = base
+    kinds = np.arange(3)
+    mv_a, mv_b, mm = _mmad_loop(buf, cnt, core, m, k, n, kc, a0, a1, b_ready, l0a, l0b, c_free, -1, kinds,
+                                frac, eb, cube_start, path_a, path_b)
+    return buf[1], buf[2], buf[3], buf[4], ptr, buf[6][:ptr[-1]], mv_a, mv_b, mm
+
+
+_MMAD_CONSTANTS: dict = {}  # id(chip), dtype -> (chip, fractal, L1->L0A row, L1->L0B row)
+
+
 def mmad_loop(prog: Program, chip: Chip, dtype: str, m: int, k: int, n: int, kc: int, a_ready, b_ready,
               l0a: PingPong, l0b: PingPong, c_free, kinds: tuple[str, str, str], core: int = 0):
     """MMADs of an ``m x k x n`` product into one L0C tile of ``prog``, the contraction in ``kc``
@@ -604,22 +695,22 @@ def mmad_loop(prog: Program, chip: Chip, dtype: str, m: int, k: int, n: int, kc:
     if len(a) > 2:
         raise ValueError(f"mmad_loop: A waits for at most two instructions, got {len(a)}")
     a += [-1] * (2 - len(a))
-    eb = DTYPE_BYTES[dtype]
+    const = _MMAD_CONSTANTS.get((id(chip), dtype))
+    if const is None or const[0] is not chip:
+        paths = _path_rows(chip, ("L1_TO_L0A", "L1_TO_L0B"))
+        const = _MMAD_CONSTANTS[(id(chip), dtype)] = (chip, np.array(cube_fractal(chip, dtype), np.int64),
+                                                      paths[0].copy(), paths[1].copy())
+    _, frac, path_a, path_b = const
     sa, sb = l0a.state(), l0b.state()
-    paths = _path_rows(chip, ("L1_TO_L0A", "L1_TO_L0B"))
-    frac = np.array(cube_fractal(chip, dtype), np.int64)
-    names = list(kinds)
-    steps = max(0, ceil_div(k, kc))
-    buf = _buffers(3 * steps, 9 * steps)
-    cnt = np.array([0, 0, len(prog)], np.int64)
-    out = _mmad_loop(buf, cnt, core, m, k, n, kc, a[0], a[1], -1 if b_ready is None else b_ready, sa, sb,
-                     -1 if c_free is None else c_free, -1, np.arange(3, dtype=np.int64), frac, float(eb),
-                     float(chip.cube.startup_cycles), paths[0], paths[1])
-    core_a, pipe, kind, dur, lat, ptr, idx = buf[:7]
-    prog.extend(ProgramArrays(core_a, pipe, dur, lat, kind, ptr, idx[:ptr[-1]], names))
+    base = len(prog)
+    pipe, kind, dur, lat, ptr, idx, mv_a, mv_b, mm = _mmad_block(
+        base, core, m, k, n, kc, a[0], a[1], -1 if b_ready is None else b_ready, sa, sb,
+        -1 if c_free is None else c_free, frac, float(DTYPE_BYTES[dtype]), float(chip.cube.startup_cycles),
+        path_a, path_b)
+    prog.extend(ProgramArrays(np.full(pipe.shape[0], core, np.int32), pipe, dur, lat, kind, ptr, idx, list(kinds)))
     l0a.load_state(sa)
     l0b.load_state(sb)
-    return tuple(None if x < 0 else int(x) for x in out)
+    return tuple(None if x < 0 else int(x) for x in (mv_a, mv_b, mm))
 
 
 # ---- placing programs on the cores --------------------------------------------------------------------
@@ -635,12 +726,15 @@ def check_instruction_budget(counts: list[int], what: str, fix: str) -> None:
             f"(pypto_lab.hw.programs.MAX_SIMULATED_INSTRUCTIONS, 8 bytes each while it runs); {fix}")
 
 
-def cube_placements(chip: Chip, cores: list[int]) -> list:
-    """Where a cube-core template runs: the cube core, and on split chips its paired vector cores."""
+def cube_placements(chip: Chip, cores: list[int]) -> np.ndarray:
+    """Where a cube-core template runs: one row per copy, the cube core and, on split chips, its
+    paired vector cores (template cores 1..n)."""
+    cores = np.asarray(cores, np.int64)
     if not chip.split_cores:
-        return list(cores)
+        return cores[:, None]
     n_aiv = chip.vector_cores // max(1, chip.cube_cores)
-    return [tuple([c] + [chip.cube_cores + c * n_aiv + j for j in range(n_aiv)]) for c in cores]
+    aiv = chip.cube_cores + cores[:, None] * n_aiv + np.arange(n_aiv, dtype=np.int64)[None, :]
+    return np.concatenate([cores[:, None], aiv], axis=1)
 
 
 def place_on_cube_cores(chip: Chip, assign: list, build) -> Timeline:

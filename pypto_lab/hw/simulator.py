@@ -279,20 +279,22 @@ class Program:
         n = block.size
         if not n:
             return
-        if np.any(block.duration < 0) or np.any(block.latency < 0):
+        durations, latencies = block.duration.tolist(), block.latency.tolist()
+        if min(durations) < 0 or min(latencies) < 0:
             raise ValueError("a compiled tile program emitted an instruction with a negative duration or latency")
-        used, first = np.unique(block.kind, return_index=True)
-        remap = np.zeros(len(block.kinds), np.int64)
-        for k in used[np.argsort(first)]:  # intern in order of first use, as emit would
-            remap[k] = self.kind_id(block.kinds[k])
+        remap = {}
+        kinds = block.kind.tolist()
+        for k in kinds:  # intern in order of first use, as emit would
+            if k not in remap:
+                remap[k] = self.kind_id(block.kinds[k])
         self.core.extend(block.core.tolist())
         self.pipe.extend(block.pipe.tolist())
-        self.duration.extend(block.duration.tolist())
-        self.latency.extend(block.latency.tolist())
-        self.kind.extend(remap[block.kind].tolist())
+        self.duration.extend(durations)
+        self.latency.extend(latencies)
+        self.kind.extend([remap[k] for k in kinds])
         idx = block.dep_idx.tolist()
         ptr = block.dep_ptr.tolist()
-        self.deps.extend(tuple(idx[ptr[i]:ptr[i + 1]]) for i in range(n))
+        self.deps.extend([tuple(idx[ptr[i]:ptr[i + 1]]) for i in range(n)])
 
     # set_flag / wait_flag in the words of Ascend C: the producer instruction sets an event,
     # the consumer waits for it. The simulator only needs the producer's index.
@@ -410,7 +412,8 @@ def simulate_placed(parts: list[tuple[Program | ProgramArrays | SimulatedProgram
 
     ``parts`` is [(template program, placements)]: a template is built with core ids 0..j (e.g.
     0 = a cube core, 1 and 2 = its vector cores) and placed once per placement, an int (template
-    core 0 runs there) or a tuple mapping template core j to a chip core. Every template is
+    core 0 runs there) or a tuple mapping template core j to a chip core (or all placements as
+    one array, a row per placement). Every template is
     simulated once (a `SimulatedProgram` already was); its timeline holds on each placement
     (cores do not interact in the event loop), so the chip's timeline replicates it (module
     docstring)."""
@@ -420,9 +423,12 @@ def simulate_placed(parts: list[tuple[Program | ProgramArrays | SimulatedProgram
     busy = np.zeros((n_cores, N_PIPES))
     total = 0.0
     for prog, core_ids in parts:
-        if not core_ids:
+        if isinstance(core_ids, np.ndarray):
+            placements = core_ids.astype(np.int64, copy=False).reshape(len(core_ids), -1)
+        else:
+            placements = np.array([np.atleast_1d(np.asarray(c, np.int64)) for c in core_ids], np.int64)
+        if not placements.size:
             continue
-        placements = np.array([np.atleast_1d(np.asarray(c, np.int64)) for c in core_ids], np.int64)
         width = placements.shape[1]
         if isinstance(prog, SimulatedProgram):
             size, tbusy, t, names, rows = prog.size, prog.busy, prog.total, prog.kinds, _rebuilt(prog.build)

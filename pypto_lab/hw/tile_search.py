@@ -111,10 +111,10 @@ def _cdiv(a, b):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _block_pipes(bm, bn, m_l0, n_l0, k_l0, k_l1, prm, out):
-    """Busy cycles per pipe of one bm x bn block: out[0] MTE2 bytes read, out[1] MTE2 transfers,
-    out[2] MTE1, out[3] CUBE, out[4] drain 1 (FixPipe or L0C->UB), out[5] drain 2 (MTE3),
-    out[6] bytes written."""
+def _block_pipes(bm, bn, m_l0, n_l0, k_l0, k_l1, prm):
+    """Busy cycles per pipe of one bm x bn block: (MTE2 bytes read, MTE2 transfers, MTE1, CUBE,
+    drain 1 (FixPipe or L0C->UB), drain 2 (MTE3), bytes written). ``prm`` is `_chip_params` as a
+    tuple (no arrays in the hot loop: each one passed costs reference counting)."""
     K = int(prm[1])
     eb, ob, acc_b = prm[4], prm[5], prm[6]
     m0, k0, n0 = int(prm[7]), int(prm[8]), int(prm[9])
@@ -124,8 +124,8 @@ def _block_pipes(bm, bn, m_l0, n_l0, k_l0, k_l1, prm, out):
     subs = subs_m * subs_n
     k_steps = _cdiv(K, k_l1)
     loads = subs if k_steps > 1 else 1
-    out[0] = loads * (bm + bn) * K * eb
-    out[1] = loads * k_steps * 2.0
+    o0 = loads * (bm + bn) * K * eb
+    o1 = loads * k_steps * 2.0
     # k_l0 steps and fractals along K: full panels, then the last one
     full = K // k_l1
     rem = K - full * k_l1
@@ -134,22 +134,22 @@ def _block_pipes(bm, bn, m_l0, n_l0, k_l0, k_l1, prm, out):
     if rem > 0:
         steps += _cdiv(rem, k_l0)
         kfrac += (rem // k_l0) * _cdiv(k_l0, k0) + _cdiv(rem % k_l0, k0)
-    out[2] = subs * steps * (prm[16] + prm[18]) + bm * subs_n * K * eb / prm[15] + bn * subs_m * K * eb / prm[17]
+    o2 = subs * steps * (prm[16] + prm[18]) + bm * subs_n * K * eb / prm[15] + bn * subs_m * K * eb / prm[17]
     mfrac = (bm // m_l0) * _cdiv(m_l0, m0) + _cdiv(bm % m_l0, m0)
     nfrac = (bn // n_l0) * _cdiv(n_l0, n0) + _cdiv(bn % n_l0, n0)
-    out[3] = subs * steps * cube_start + mfrac * nfrac * kfrac
+    o3 = subs * steps * cube_start + mfrac * nfrac * kfrac
     if prm[25] > 0:  # L0C -> UB (acc dtype), then UB -> GM on MTE3
-        out[4] = subs * prm[20] + bm * bn * acc_b / prm[19]
-        out[5] = subs * prm[24] + bm * bn * ob / prm[23]
+        o4 = subs * prm[20] + bm * bn * acc_b / prm[19]
+        o5 = subs * prm[24] + bm * bn * ob / prm[23]
     else:
-        out[4] = subs * prm[20] + bm * bn * ob / prm[19]
-        out[5] = 0.0
-    out[6] = bm * bn * ob
+        o4 = subs * prm[20] + bm * bn * ob / prm[19]
+        o5 = 0.0
+    return o0, o1, o2, o3, o4, o5, bm * bn * ob
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _tile_cost(m_l0, m_l1, k_l0, k_l1, n_l0, n_l1, prm, buf, tot):
-    """Screening estimate (cycles) of one legal tiling (``buf``, ``tot``: scratch of 7)."""
+def _tile_cost(m_l0, m_l1, k_l0, k_l1, n_l0, n_l1, prm):
+    """Screening estimate (cycles) of one legal tiling."""
     M, K, N, B = int(prm[0]), int(prm[1]), int(prm[2]), int(prm[3])
     eb, ob, acc_b = prm[4], prm[5], prm[6]
     cores = int(prm[10])
@@ -160,7 +160,7 @@ def _tile_cost(m_l0, m_l1, k_l0, k_l1, n_l0, n_l1, prm, buf, tot):
     waves = _cdiv(nb, cores)
     em = M - (bmc - 1) * m_l1
     en = N - (bnc - 1) * n_l1
-    tot[:] = 0.0
+    t0 = t1 = t2 = t3 = t4 = t5 = t6 = 0.0
     # the four kinds of block: full, last row, last column, corner
     for t in range(4):
         bm = m_l1 if t % 2 == 0 else em
@@ -170,11 +170,15 @@ def _tile_cost(m_l0, m_l1, k_l0, k_l1, n_l0, n_l1, prm, buf, tot):
         cnt = cnt_m * cnt_n
         if cnt <= 0:
             continue
-        _block_pipes(bm, bn, m_l0, n_l0, k_l0, k_l1, prm, buf)
-        for i in range(7):
-            tot[i] += cnt * buf[i]
-    for i in range(7):
-        tot[i] *= B
+        b0, b1, b2, b3, b4, b5, b6 = _block_pipes(bm, bn, m_l0, n_l0, k_l0, k_l1, prm)
+        t0 += cnt * b0
+        t1 += cnt * b1
+        t2 += cnt * b2
+        t3 += cnt * b3
+        t4 += cnt * b4
+        t5 += cnt * b5
+        t6 += cnt * b6
+    tot = (t0 * B, t1 * B, t2 * B, t3 * B, t4 * B, t5 * B, t6 * B)
     share = waves / nb  # the busiest core's part of the work
     gm_rate, gm_su, gm_lat = prm[12], prm[13], prm[14]
     l2_rate, hbm, l2_bytes = prm[26], prm[27], prm[28]
@@ -223,8 +227,6 @@ def _legal(m_l0, m_l1, k_l0, k_l1, n_l0, n_l1, prm):
 def _screen(vm, vk, vn, ratios, prm, dims, count_only, tiles, costs):
     """Walk the space; count legal tilings, or fill ``tiles`` / ``costs`` with them."""
     M, K, N = dims[0], dims[1], dims[2]
-    buf = np.zeros(7)
-    tot = np.zeros(7)
     c = 0
     for a in range(vm.shape[0]):
         m_l0 = vm[a]
@@ -257,7 +259,7 @@ def _screen(vm, vk, vn, ratios, prm, dims, count_only, tiles, costs):
                                 tiles[c, 3] = k_l1
                                 tiles[c, 4] = n_l0
                                 tiles[c, 5] = n_l1
-                                costs[c] = _tile_cost(m_l0, m_l1, k_l0, k_l1, n_l0, n_l1, prm, buf, tot)
+                                costs[c] = _tile_cost(m_l0, m_l1, k_l0, k_l1, n_l0, n_l1, prm)
                             c += 1
     return c
 
@@ -290,7 +292,7 @@ def screen_space(chip: str | Chip, m: int, k: int, n: int, dtype: str = "fp16", 
     if out_dtype is None:
         out_dtype = "int32" if dtype == "int8" else dtype
     p = Problem(m, k, n, batch, dtype, out_dtype, epilogue)
-    prm = _chip_params(chip, p)
+    prm = tuple(_chip_params(chip, p).tolist())
     al = _operand_align(dtype)
     eb = DTYPE_BYTES[dtype]
     vm = _l0_values(m, al, 4096, not full)

@@ -170,7 +170,42 @@ def test_conv_as_implicit_gemm():
         pypto_lab.simulate_conv2d(1, 3, 2, 2, 8, kernel=5)
 
 
+@pytest.mark.parametrize("kwargs, rule", [
+    ({"padding": -1}, r"padding = -1: padding must be a non-negative integer.*padding=0"),
+    ({"kernel": -1}, r"kernel = -1: the kernel size must be a positive integer.*kernel=3"),
+    ({"kernel": (3, 0)}, r"kernel = \(3, 0\)"),
+    ({"stride": 0}, r"stride = 0: the stride must be a positive integer.*stride=1"),
+    ({"stride": 1.5}, r"stride = 1.5"),
+])
+def test_conv_rejects_impossible_geometry_naming_the_rule(kwargs, rule):
+    args = {"kernel": 3, "stride": 1, "padding": 1, **kwargs}
+    with pytest.raises(ValueError, match=rule):
+        pypto_lab.simulate_conv2d(1, 64, 56, 56, 64, **args)
+
+
+def test_conv_accepts_a_kernel_pair():
+    r = pypto_lab.simulate_conv2d(1, 64, 28, 28, 64, kernel=(1, 7), padding=0, chip="Ascend910A")
+    assert (r.shape["kh"], r.shape["kw"]) == (1, 7) and r.shape["gemm_k"] == 64 * 7
+
+
 # ---- vector kernels -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, rule", [
+    ({"dtype": "int64"}, r"vector dtype 'int64' is not supported: the Vector unit computes fp16, bf16, fp32, int8, "
+                         r"int16, int32.*int64 -> int32"),
+    ({"dtype": "int4"}, r"vector dtype 'int4' is not supported.*int4 -> int8"),
+    ({"compute_dtype": "int8"}, r"compute_dtype 'int8' is not supported: a widened computation runs in fp16, bf16, "
+                                r"fp32; pass compute_dtype='fp32'"),
+    ({"row_len": -1}, r"row_len = -1: a row must hold a positive integer number of elements"),
+])
+def test_vector_rejects_what_the_vector_unit_cannot_do(kwargs, rule):
+    with pytest.raises(ValueError, match=rule):
+        simulate_vector("softmax", 4096, **{"row_len": 1024, **kwargs})
+
+
+def test_vector_integer_tensors_and_widened_compute_still_run():
+    assert simulate_vector("add", 4096, dtype="int16").cycles > 0
+    assert simulate_vector("softmax", 4096, dtype="bf16", compute_dtype="fp32", row_len=1024).cycles > 0
 
 @pytest.mark.parametrize("chip", CHIPS)
 def test_vector_add_is_memory_bound_and_respects_roofline(chip):

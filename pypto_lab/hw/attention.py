@@ -45,19 +45,17 @@ from __future__ import annotations
 import numpy as np
 
 from .chip import DTYPE_BYTES, Chip, get_chip
-from .kernels import (
-    KernelReport,
-    _dtypes_key,
-    _emit_vector_ops,
-    _flush_writebacks,
-    _move,
-    _split_blocks,
+from .kernels import KernelReport, fuse_vector_ops, simulate_matmul, simulate_vector
+from .programs import (
+    dtypes_key,
     emit_repeats,
-    fuse_vector_ops,
+    emit_vector_ops,
+    flush_writebacks,
     gm_rates,
-    simulate_cube_cores,
-    simulate_matmul,
-    simulate_vector,
+    mmad_loop,
+    move,
+    place_on_cube_cores,
+    split_blocks,
 )
 from .simulator import PingPong, Program
 from .tiling import CubeTile, TilingError, ceil_align, ceil_div, cube_fractal
@@ -254,48 +252,26 @@ def _flat(*xs) -> tuple:
 
 def _row_op(prog: Program, core: int, chip: Chip, instr: str, rows: int, deps=()) -> int:
     """A per-row instruction (cross-lane reduction, broadcast) of ``rows`` repeats."""
-    t = chip.vector.timing(instr, "UINT32_UINT32" if instr == "VBRCB" else _dtypes_key(instr, "fp32"))
+    t = chip.vector.timing(instr, "UINT32_UINT32" if instr == "VBRCB" else dtypes_key(instr, "fp32"))
     return emit_repeats(prog, core, chip, instr, t, rows, _flat(*deps))
 
 
 def _softmax_step(prog: Program, core: int, chip: Chip, rows: int, bk: int, first: bool, cast: bool, deps) -> int:
     """Online-softmax update of one k-block on ``rows x bk`` fp32 scores; returns the last instruction."""
     e = rows * bk
-    v = _emit_vector_ops(prog, core, chip, (("VMULS", 1), ("VMAX", 1)), e, "fp32", _flat(*deps))
+    v = emit_vector_ops(prog, core, chip, (("VMULS", 1), ("VMAX", 1)), e, "fp32", _flat(*deps))
     v = _row_op(prog, core, chip, "VCMAX", rows, (v,))                     # row max of the block
     if not first:
-        v = _emit_vector_ops(prog, core, chip, (("VMAX", 1),), rows, "fp32", (v,))  # m_new = max(m_old, .)
+        v = emit_vector_ops(prog, core, chip, (("VMAX", 1),), rows, "fp32", (v,))  # m_new = max(m_old, .)
     v = _row_op(prog, core, chip, "VBRCB", rows, (v,))
-    v = _emit_vector_ops(prog, core, chip, (("VSUB", 1), ("VEXP", 1), ("VADD", 1)), e, "fp32", (v,))
+    v = emit_vector_ops(prog, core, chip, (("VSUB", 1), ("VEXP", 1), ("VADD", 1)), e, "fp32", (v,))
     v = _row_op(prog, core, chip, "VCADD", rows, (v,))                     # row sum of the block
     if not first:  # alpha = exp(m_old - m_new); l = l * alpha + rowsum
-        v = _emit_vector_ops(prog, core, chip, (("VSUB", 1), ("VEXP", 1), ("VMUL", 1), ("VADD", 1)), rows,
+        v = emit_vector_ops(prog, core, chip, (("VSUB", 1), ("VEXP", 1), ("VMUL", 1), ("VADD", 1)), rows,
                              "fp32", (v,))
     if cast:
-        v = _emit_vector_ops(prog, core, chip, (("VCONV", 1),), e, "fp32", (v,))  # P to the Cube's dtype
+        v = emit_vector_ops(prog, core, chip, (("VCONV", 1),), e, "fp32", (v,))  # P to the Cube's dtype
     return v
-
-
-def _matmul(prog: Program, chip: Chip, dtype: str, m: int, k: int, n: int, kc: int, a_ready, b_ready,
-            l0a: PingPong, l0b: PingPong, c_free, names: tuple[str, str, str]):
-    """MMADs of an ``m x k x n`` product into one L0C tile, the contraction in ``kc`` chunks.
-    Returns (last MTE1 move of A, last MTE1 move of B, last mmad)."""
-    m0, k0, n0 = cube_fractal(chip, dtype)
-    eb = DTYPE_BYTES[dtype]
-    p_l0a, p_l0b = chip.data_path("L1_TO_L0A"), chip.data_path("L1_TO_L0B")
-    mv_a = mv_b = mm = None
-    for kk in range(0, k, kc):
-        kl = min(kc, k - kk)
-        a_slot, a_free = l0a.acquire()
-        b_slot, b_free = l0b.acquire()
-        mv_a = _move(prog, 0, p_l0a, m * kl * eb, names[0], _flat(a_ready, a_free))
-        mv_b = _move(prog, 0, p_l0b, kl * n * eb, names[1], _flat(b_ready, b_free))
-        fractals = ceil_div(m, m0) * ceil_div(kl, k0) * ceil_div(n, n0)
-        mm = prog.emit(0, "CUBE", chip.cube.startup_cycles + fractals, names[2],
-                       _flat(mv_a, mv_b, c_free if kk == 0 else None))
-        l0a.release(a_slot, mm)
-        l0b.release(b_slot, mm)
-    return mv_a, mv_b, mm
 
 
 def _attention_core_program(chip: Chip, blocks: tuple[int, ...], s_k: int, d: int, dtype: str, plan: dict,
@@ -340,41 +316,41 @@ def _attention_core_program(chip: Chip, blocks: tuple[int, ...], s_k: int, d: in
         bk = min(bk_max, s_k - j * bk_max)
         if j == 0:
             q_slot, q_free = l1_q.acquire()
-            q_ld = _move(prog, 0, p_gm_l1, bm * d * eb, "load Q GM->L1", _flat(q_free), rate_rd)
+            q_ld = move(prog, 0, p_gm_l1, bm * d * eb, "load Q GM->L1", _flat(q_free), rate_rd)
             state[b] = {"q": (q_slot, q_ld)}
         q_slot, q_ld = state[b]["q"]
         kv_slot, kv_free = l1_kv.acquire()
-        ld_k = _move(prog, 0, p_gm_l1, bk * d * eb, "load K GM->L1", _flat(kv_free), rate_rd)
-        ld_v = _move(prog, 0, p_gm_l1, bk * d * eb, "load V GM->L1", _flat(kv_free), rate_rd)
-        _flush_writebacks(prog, 0, pending, hbm_share)
+        ld_k = move(prog, 0, p_gm_l1, bk * d * eb, "load K GM->L1", _flat(kv_free), rate_rd)
+        ld_v = move(prog, 0, p_gm_l1, bk * d * eb, "load V GM->L1", _flat(kv_free), rate_rd)
+        flush_writebacks(prog, 0, pending, hbm_share)
         s_slot, s_free = l0c_s.acquire()
-        mv_q, _, mm = _matmul(prog, chip, dtype, bm, d, bk, plan["k_chunk_qk"], q_ld, ld_k, l0a, l0b, s_free,
-                              ("load Q L1->L0A", "load K L1->L0B", "mmad S=QK^T"))
+        mv_q, _, mm = mmad_loop(prog, chip, dtype, bm, d, bk, plan["k_chunk_qk"], q_ld, ld_k, l0a, l0b, s_free,
+                                 ("load Q L1->L0A", "load K L1->L0B", "mmad S=QK^T"))
         if j == n_k - 1:
             l1_q.release(q_slot, mv_q)
         step = {"kv": kv_slot, "ld_v": ld_v, "bk": bk}
         if split:
             ws_slot, ws_free = ws_sp.acquire()
-            fix = _move(prog, 0, chip.data_path("L0C_TO_GM"), bm * bk * acc, "fixpipe S L0C->GM",
+            fix = move(prog, 0, chip.data_path("L0C_TO_GM"), bm * bk * acc, "fixpipe S L0C->GM",
                         _flat(mm, ws_free), rate_wr)
             l0c_s.release(s_slot, fix)
             stores = []
             for c, r in row_split(bm):
                 u_slot, u_free = ub_s[c].acquire()
-                ld = _move(prog, c, chip.data_path("GM_TO_UB"), r * bk * acc, "load S GM->UB",
+                ld = move(prog, c, chip.data_path("GM_TO_UB"), r * bk * acc, "load S GM->UB",
                            _flat(fix, u_free), rate_wr)
                 v = _softmax_step(prog, c, chip, r, bk, j == 0, cast, (ld,))
-                st = _move(prog, c, chip.data_path("UB_TO_GM"), r * bk * eb, "store P UB->GM", (v,), rate_wr)
+                st = move(prog, c, chip.data_path("UB_TO_GM"), r * bk * eb, "store P UB->GM", (v,), rate_wr)
                 ub_s[c].release(u_slot, st)
                 stores.append((r, st))
             step.update(ws=ws_slot, p_stores=stores)
         else:
             u_slot, u_free = ub_s[0].acquire()
-            drain = _move(prog, 0, chip.data_path("L0C_TO_UB"), bm * bk * acc, "S L0C->UB", _flat(mm, u_free))
+            drain = move(prog, 0, chip.data_path("L0C_TO_UB"), bm * bk * acc, "S L0C->UB", _flat(mm, u_free))
             l0c_s.release(s_slot, drain)
             v = _softmax_step(prog, 0, chip, bm, bk, j == 0, cast, (drain,))
             p_slot, p_free = l1_p.acquire()
-            st = _move(prog, 0, chip.data_path("UB_TO_L1"), bm * bk * eb, "store P UB->L1", _flat(v, p_free))
+            st = move(prog, 0, chip.data_path("UB_TO_L1"), bm * bk * eb, "store P UB->L1", _flat(v, p_free))
             ub_s[0].release(u_slot, st)
             step.update(p_slot=p_slot, p_ready=st)
         state[(b, j)] = step
@@ -385,27 +361,27 @@ def _attention_core_program(chip: Chip, blocks: tuple[int, ...], s_k: int, d: in
         bk = step["bk"]
         if split:
             p_slot, p_free = l1_p.acquire()
-            loads = tuple(_move(prog, 0, p_gm_l1, r * bk * eb, "load P GM->L1", _flat(st, p_free), rate_wr)
+            loads = tuple(move(prog, 0, p_gm_l1, r * bk * eb, "load P GM->L1", _flat(st, p_free), rate_wr)
                           for r, st in step["p_stores"])
             ws_sp.release(step["ws"], loads)
             p_ready = loads
         else:
             p_slot, p_ready = step["p_slot"], step["p_ready"]
         o_slot, o_free = l0c_o.acquire()
-        mv_p, mv_v, mm = _matmul(prog, chip, dtype, bm, bk, d, plan["k_chunk_pv"], p_ready, step["ld_v"], l0a, l0b,
-                                 o_free, ("load P L1->L0A", "load V L1->L0B", "mmad O'=PV"))
+        mv_p, mv_v, mm = mmad_loop(prog, chip, dtype, bm, bk, d, plan["k_chunk_pv"], p_ready, step["ld_v"], l0a,
+                                   l0b, o_free, ("load P L1->L0A", "load V L1->L0B", "mmad O'=PV"))
         l1_p.release(p_slot, mv_p)
         l1_kv.release(step["kv"], mv_v)
         last = j == n_k - 1
         if split:
             wv_slot, wv_free = ws_pv.acquire()
-            fix = _move(prog, 0, chip.data_path("L0C_TO_GM"), bm * d * acc, "fixpipe O' L0C->GM",
+            fix = move(prog, 0, chip.data_path("L0C_TO_GM"), bm * d * acc, "fixpipe O' L0C->GM",
                         _flat(mm, wv_free), rate_wr)
             l0c_o.release(o_slot, fix)
             readers = []
             for c, r in row_split(bm):
                 u_slot, u_free = ub_pv[c].acquire()
-                ld = _move(prog, c, chip.data_path("GM_TO_UB"), r * d * acc, "load O' GM->UB",
+                ld = move(prog, c, chip.data_path("GM_TO_UB"), r * d * acc, "load O' GM->UB",
                            _flat(fix, u_free), rate_wr)
                 readers.append(ld)
                 v = _update(c, r, j, ld)
@@ -415,7 +391,7 @@ def _attention_core_program(chip: Chip, blocks: tuple[int, ...], s_k: int, d: in
             ws_pv.release(wv_slot, tuple(readers))
         else:
             u_slot, u_free = ub_pv[0].acquire()
-            drain = _move(prog, 0, chip.data_path("L0C_TO_UB"), bm * d * acc, "O' L0C->UB", _flat(mm, u_free))
+            drain = move(prog, 0, chip.data_path("L0C_TO_UB"), bm * d * acc, "O' L0C->UB", _flat(mm, u_free))
             l0c_o.release(o_slot, drain)
             v = _update(0, bm, j, drain)
             ub_pv[0].release(u_slot, v)
@@ -427,16 +403,16 @@ def _attention_core_program(chip: Chip, blocks: tuple[int, ...], s_k: int, d: in
         v = ready
         if j > 0:
             v = _row_op(prog, c, chip, "VBRCB", r, (v,))
-            v = _emit_vector_ops(prog, c, chip, (("VMUL", 1),), r * d, "fp32", (v,))
-        return _emit_vector_ops(prog, c, chip, (("VADD", 1),), r * d, "fp32", (v,))
+            v = emit_vector_ops(prog, c, chip, (("VMUL", 1),), r * d, "fp32", (v,))
+        return emit_vector_ops(prog, c, chip, (("VADD", 1),), r * d, "fp32", (v,))
 
     def _finish(c: int, r: int, ready: int) -> None:
         """O / l, cast, and the single write of the output rows to GM."""
         v = _row_op(prog, c, chip, "VBRCB", r, (ready,))
         ops = (("VDIV", 1), ("VCONV", 1)) if cast else (("VDIV", 1),)
-        v = _emit_vector_ops(prog, c, chip, ops, r * d, "fp32", (v,))
+        v = emit_vector_ops(prog, c, chip, ops, r * d, "fp32", (v,))
         o_slot, o_free = ub_o[c].acquire()
-        st = _move(prog, c, chip.data_path("UB_TO_GM"), r * d * eb, "store O UB->GM", _flat(v, o_free), rate_wr)
+        st = move(prog, c, chip.data_path("UB_TO_GM"), r * d * eb, "store O UB->GM", _flat(v, o_free), rate_wr)
         ub_o[c].release(o_slot, st)
         pending.append(r * d * eb)
 
@@ -450,7 +426,7 @@ def _attention_core_program(chip: Chip, blocks: tuple[int, ...], s_k: int, d: in
         for b, j in steps:
             stage_one(b, j)
             stage_two(b, j)
-    _flush_writebacks(prog, 0, pending, hbm_share)
+    flush_writebacks(prog, 0, pending, hbm_share)
     return prog
 
 
@@ -487,7 +463,7 @@ def simulate_attention(batch_heads: int, s_q: int, s_k: int, d: int, dtype: str 
     n_qb = ceil_div(s_q, block_q)
     rows = [min(block_q, s_q - i * block_q) for i in range(n_qb)]
     n_blocks = batch_heads * n_qb
-    per_core = _split_blocks(n_blocks, chip.cube_cores)
+    per_core = split_blocks(n_blocks, chip.cube_cores)
     active = len(per_core)
 
     def tensor_reads(bs) -> float:
@@ -502,7 +478,7 @@ def simulate_attention(batch_heads: int, s_q: int, s_k: int, d: int, dtype: str 
     rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, first, busiest, active, working_set)
 
     assign = [tuple(rows[b % n_qb] for b in bs) for bs in per_core]
-    tl = simulate_cube_cores(chip, assign, lambda key: _attention_core_program(
+    tl = place_on_cube_cores(chip, assign, lambda key: _attention_core_program(
         chip, key, s_k, d, dtype, plan, rate_rd, rate_wr, hbm_share))
 
     cube_flops = 4.0 * batch_heads * s_q * s_k * d

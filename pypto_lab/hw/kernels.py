@@ -10,6 +10,12 @@ Each kernel splits its blocks over the chip's cores. Cores share HBM and L2: eve
 a core runs at most at its share of the chip's bandwidth (HBM for first touches, L2 for re-reads
 of data that fits in L2). Double buffering gives buffers two slots (ping-pong), so loads of tile
 i+1 overlap compute on tile i; the dependencies are the set_flag/wait_flag pairs of Ascend C.
+
+The Cube kernel's per-core program is the compiled `pypto_lab.hw.programs.CubeProgram`. A
+core's program depends only on the (rows, cols) of its blocks, so cores with the same blocks
+share one program, simulated once (as it is built, without storing it) and replicated over those
+cores: ``len(report.instructions)`` counts the whole chip's instructions,
+``report.instructions.simulated`` those the event loop stepped (`pypto_lab.hw.simulator`).
 """
 
 from __future__ import annotations
@@ -21,7 +27,19 @@ import numpy as np
 
 from .capabilities import EPILOGUE_NAMES, VECTOR_ACTIVATIONS, Epilogue, as_epilogue
 from .chip import DTYPE_BYTES, Chip, get_chip
-from .simulator import PingPong, Program, Timeline, simulate_chip
+from .programs import (
+    CubeProgram,
+    cube_placements,
+    dtypes_key,
+    emit_repeats,
+    emit_vector_ops,
+    flush_writebacks,
+    gm_rates,
+    group_by_program,
+    move,
+    split_blocks,
+)
+from .simulator import PingPong, Program, Timeline, simulate_placed
 from .tiling import (
     CubeTile,
     TilingError,
@@ -85,224 +103,9 @@ class KernelReport:
         return d
 
 
-# ---- shared memory system ----------------------------------------------------------------
-
-def gm_rates(chip: Chip, reads: float, first_reads: float, busiest_reads: float, active: int,
-             working_set: float | None = None) -> tuple[float, float, float]:
-    """How ``active`` cores share the chip's memory system: (read rate, write rate, HBM share),
-    bytes per cycle of one core.
-
-    * Reads: HBM carries the first touch of every input byte (``first_reads``); re-reads come from
-      L2 when the data the cores reuse at one time (``working_set``, default ``first_reads``) fits
-      in L2, else in proportion to the fraction that fits. The time the memory system needs for
-      all ``reads`` is the time the busiest core needs for its ``busiest_reads``, so every core
-      reads at that rate (lighter cores finish earlier).
-    * Writes land in L2 at the core's share of L2 bandwidth, in bursts (one output tile at a time).
-    * Written bytes still reach HBM: each write is followed by a write-back that holds the core's
-      MTE2 lane (its read port) for ``bytes / HBM share`` (`_flush_writebacks`). So reads and
-      write-backs take turns on HBM, and no kernel moves its bytes faster than HBM and L2 allow.
-    """
-    hbm = chip.hbm_bytes_per_cycle()
-    ws = first_reads if working_set is None else working_set
-    hit = min(1.0, chip.l2_bytes / max(ws, 1.0))
-    rereads = max(0.0, reads - first_reads)
-    read_cycles = first_reads / hbm + rereads * (hit / chip.l2_bytes_per_cycle() + (1 - hit) / hbm)
-    return busiest_reads / max(read_cycles, 1e-9), chip.l2_bytes_per_cycle() / active, hbm / active
-
-
-def _move(prog: Program, core: int, path, nbytes: float, kind: str, deps, rate_cap: float | None = None) -> int:
-    """Emit one transfer on its path's pipe: busy for startup + bytes/rate, ready after its latency."""
-    return prog.emit(core, path.pipe, path.occupancy(nbytes, rate_cap), kind, deps, path.latency_cycles)
-
-
-def _flush_writebacks(prog: Program, core: int, pending: list, hbm_share: float) -> None:
-    """Issue the HBM write-backs of finished output tiles on the core's MTE2 lane.
-
-    Written bytes land in L2; L2 writes them back to HBM with the core's share of HBM bandwidth,
-    which the core's reads cannot use meanwhile: the write-back holds the read port (MTE2) for
-    ``bytes / HBM share`` cycles. It is an account of HBM time rather than a transfer of its own,
-    so it waits for no flag; the tile programs issue it after the next loads, so it lands between
-    reads, not ahead of the write it accounts for.
-    """
-    for nbytes in pending:
-        prog.emit(core, "MTE2", nbytes / hbm_share, "HBM write-back")
-    pending.clear()
-
-
-def _split_blocks(n_blocks: int, n_cores: int) -> list[list[int]]:
-    """Blocks dealt round-robin to cores, as a kernel's block_idx loop does."""
-    cores = min(n_blocks, n_cores)
-    return [list(range(c, n_blocks, n_cores)) for c in range(cores)]
-
-
-def simulate_cube_cores(chip: Chip, assign: list[tuple], build) -> Timeline:
-    """Simulate a Cube kernel whose core c runs the work ``assign[c]``: ``build(work)`` makes the
-    program of one cube core (template core 0, its vector cores 1..n on split chips); cores with
-    the same work share one program, placed on each cube core and its paired vector cores."""
-    n_aiv = chip.vector_cores // max(1, chip.cube_cores) if chip.split_cores else 0
-    parts = []
-    for key, cores in _group_by_program(assign).items():
-        if chip.split_cores:
-            placements = [tuple([c] + [chip.cube_cores + c * n_aiv + j for j in range(n_aiv)]) for c in cores]
-        else:
-            placements = cores
-        parts.append((build(key), placements))
-    return simulate_chip(parts, chip.cube_cores + (chip.vector_cores if chip.split_cores else 0))
-
-
-def _group_by_program(assign: list[tuple]) -> dict[tuple, list[int]]:
-    groups: dict[tuple, list[int]] = {}
-    for core, key in enumerate(assign):
-        groups.setdefault(key, []).append(core)
-    return groups
-
-
 # ---- Cube kernel ----------------------------------------------------------------------------
 
 EPILOGUES = tuple(EPILOGUE_NAMES)  # the string forms simulate_matmul takes (or an Epilogue)
-
-
-def _cube_core_program(chip: Chip, blocks: list[tuple[int, int]], k: int, dtype: str, out_dtype: str,
-                       plan, rate_rd: float, rate_wr: float, hbm_share: float, epilogue: Epilogue) -> Program:
-    """The program of one cube core (template core 0; its vector cores 1, 2 on split chips)."""
-    tile = plan.tile
-    eb = DTYPE_BYTES[dtype]
-    ob = DTYPE_BYTES[out_dtype]
-    acc_b = DTYPE_BYTES[chip.cube.accumulator[dtype]]
-    m0, k0, n0 = cube_fractal(chip, dtype)
-    p_gm_l1 = chip.data_path("GM_TO_L1")
-    p_l0a = chip.data_path("L1_TO_L0A")
-    p_l0b = chip.data_path("L1_TO_L0B")
-    cube_start = chip.cube.startup_cycles
-    split = chip.split_cores
-    vector_epilogue = epilogue.on_vector
-    vector_ops = epilogue.vector_instructions()
-    fix_label = "+".join(s if s != "activation" else epilogue.activation for s in epilogue.stages
-                         if s in epilogue.fixpipe)
-    prog = Program()
-    l1 = PingPong(plan.slots["L1"])
-    l0a = PingPong(plan.slots["L0A"])
-    l0b = PingPong(plan.slots["L0B"])
-    l0c = PingPong(plan.slots["L0C"])
-    ub = PingPong(2)
-    k_steps = ceil_div(k, tile.k_l1)
-    aiv_turn = 0
-    pending = []  # write-backs of finished tiles, issued on MTE2 after the next panel loads
-    for bm, bn in blocks:
-        subs = [(min(tile.m_l0, bm - i), min(tile.n_l0, bn - j))
-                for i in range(0, bm, tile.m_l0) for j in range(0, bn, tile.n_l0)]
-        resident = None  # L1 panels stay for the whole block when one K panel covers K
-        for sm, sn in subs:
-            c_slot, c_free = l0c.acquire()
-            last_mmad = None
-            first = True
-            for ks in range(k_steps):
-                kl1 = min(tile.k_l1, k - ks * tile.k_l1)
-                if resident is not None and k_steps == 1:
-                    panel_ready, slot = resident
-                else:
-                    slot, free = l1.acquire()
-                    a_bytes = bm * kl1 * eb
-                    b_bytes = kl1 * bn * eb
-                    ld_a = _move(prog, 0, p_gm_l1, a_bytes, "load A GM->L1", (free,), rate_rd)
-                    ld_b = _move(prog, 0, p_gm_l1, b_bytes, "load B GM->L1", (free,), rate_rd)
-                    _flush_writebacks(prog, 0, pending, hbm_share)
-                    panel_ready = ld_b if ld_b > ld_a else ld_a
-                    resident = (panel_ready, slot)
-                last_reader = None
-                for kk in range(0, kl1, tile.k_l0):
-                    kl0 = min(tile.k_l0, kl1 - kk)
-                    a_slot, a_free = l0a.acquire()
-                    b_slot, b_free = l0b.acquire()
-                    mv_a = _move(prog, 0, p_l0a, sm * kl0 * eb, "load A L1->L0A", (panel_ready, a_free))
-                    mv_b = _move(prog, 0, p_l0b, kl0 * sn * eb, "load B L1->L0B", (panel_ready, b_free))
-                    fractals = ceil_div(sm, m0) * ceil_div(kl0, k0) * ceil_div(sn, n0)
-                    mm = prog.emit(0, "CUBE", cube_start + fractals, "mmad", (mv_a, mv_b, c_free if first else None))
-                    first = False
-                    l0a.release(a_slot, mm)
-                    l0b.release(b_slot, mm)
-                    last_reader = mv_b
-                    last_mmad = mm
-                l1.release(slot, last_reader)
-            # epilogue: drain the L0C accumulator
-            out_bytes = sm * sn * ob
-            if split:
-                fix = _move(prog, 0, chip.data_path("L0C_TO_GM"), out_bytes,
-                            "fixpipe L0C->GM" + (f" +{fix_label}" if fix_label else ""), (last_mmad,), rate_wr)
-                pending.append(out_bytes)
-                l0c.release(c_slot, fix)
-                if vector_epilogue:  # a paired vector core reads C back, applies the stages, writes it again
-                    aiv = 1 + aiv_turn
-                    aiv_turn = 1 - aiv_turn
-                    u_slot, u_free = ub.acquire()
-                    ld = _move(prog, aiv, chip.data_path("GM_TO_UB"), out_bytes, "load C GM->UB", (fix, u_free),
-                               rate_rd)
-                    if epilogue.residual:
-                        ld = _move(prog, aiv, chip.data_path("GM_TO_UB"), out_bytes, "load residual GM->UB",
-                                   (ld, u_free), rate_rd)
-                    v = _emit_vector_ops(prog, aiv, chip, vector_ops, sm * sn, out_dtype, (ld,))
-                    st = _move(prog, aiv, chip.data_path("UB_TO_GM"), out_bytes, "store C UB->GM", (v,), rate_wr)
-                    _flush_writebacks(prog, aiv, [out_bytes], hbm_share)
-                    ub.release(u_slot, st)
-            else:
-                u_slot, u_free = ub.acquire()
-                drain = _move(prog, 0, chip.data_path("L0C_TO_UB"), sm * sn * acc_b, "L0C->UB", (last_mmad, u_free))
-                l0c.release(c_slot, drain)
-                ready = (drain,)
-                if epilogue.residual:  # the residual tile comes GM -> UB beside the drained result
-                    ready = (drain, _move(prog, 0, chip.data_path("GM_TO_UB"), out_bytes, "load residual GM->UB",
-                                          (u_free,), rate_rd))
-                ops = list(vector_ops)
-                if out_dtype != chip.cube.accumulator[dtype] and not epilogue.converts:
-                    ops.append(("VCONV", 1))
-                v = _emit_vector_ops(prog, 0, chip, ops, sm * sn, "fp32", ready) if ops else drain
-                st = _move(prog, 0, chip.data_path("UB_TO_GM"), out_bytes, "store C UB->GM", (v,), rate_wr)
-                pending.append(out_bytes)
-                ub.release(u_slot, st)
-    _flush_writebacks(prog, 0, pending, hbm_share)
-    return prog
-
-
-
-
-def _dtypes_key(instr: str, dtype: str) -> str:
-    d = dtype.upper()
-    if instr in ("VCONV",):
-        return f"{d}_FP16" if dtype != "fp16" else "FP16_FP32"
-    return d
-
-
-def _emit_vector_ops(prog: Program, core: int, chip: Chip, ops, elems: int, dtype: str, deps) -> int:
-    """Emit the vector instructions that process ``elems`` elements; return the last index.
-
-    Each instruction covers at most ``max_repeats`` repeats of ``repeat_bytes``; longer tiles are
-    issued as several instructions, as Ascend C's repeatTimes <= 255 requires.
-    """
-    eb = DTYPE_BYTES[dtype]
-    repeats_total = max(1, ceil_div(int(elems * eb), chip.vector.repeat_bytes))
-    last = None
-    pending = tuple(deps)
-    for instr, passes in ops:
-        timing = chip.vector.timing(instr, _dtypes_key(instr, dtype))
-        for _ in range(int(passes)):
-            last = emit_repeats(prog, core, chip, instr, timing, repeats_total, pending)
-            pending = ()
-    return last if last is not None else (deps[0] if deps else -1)
-
-
-def emit_repeats(prog: Program, core: int, chip: Chip, instr: str, timing, repeats: int, deps=()) -> int:
-    """One vector instruction over ``repeats`` repeats, issued as several instructions of at most
-    ``max_repeats`` each (Ascend C's repeatTimes <= 255); the first waits on ``deps``. Returns the
-    last one's index."""
-    last = None
-    pending = tuple(deps)
-    left = repeats
-    while left > 0:
-        r = min(left, chip.vector.max_repeats)
-        last = prog.emit(core, "VECTOR", timing.cycles(r), instr, pending)
-        pending = ()
-        left -= r
-    return last
 
 
 def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chip = "Ascend910B1",
@@ -335,50 +138,53 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
     bm_count = ceil_div(m, tile.m_l1)
     bn_count = ceil_div(n, tile.n_l1)
     n_blocks = batch * bm_count * bn_count
-    blocks = []  # (rows, cols, first touch of its A panel, first touch of its B panel)
-    for b in range(n_blocks):
-        r = b % (bm_count * bn_count)
-        i, j = divmod(r, bn_count)
-        blocks.append((min(tile.m_l1, m - i * tile.m_l1), min(tile.n_l1, n - j * tile.n_l1), j == 0, i == 0))
-    per_core = _split_blocks(n_blocks, chip.cube_cores)
-    active = len(per_core)
+    # blocks of C, dealt round-robin to the cube cores: rows, columns, and whether the block is
+    # the first to touch its A row panel (first column) and its B column panel (first row)
+    pos = np.arange(n_blocks, dtype=np.int64) % (bm_count * bn_count)
+    bi, bj = pos // bn_count, pos % bn_count
+    rows = np.minimum(tile.m_l1, m - bi * tile.m_l1)
+    cols = np.minimum(tile.n_l1, n - bj * tile.n_l1)
+    active = min(n_blocks, chip.cube_cores)
     k_steps = ceil_div(k, tile.k_l1)
     vector_epilogue = epilogue.on_vector and chip.split_cores
 
-    def traffic(core_blocks) -> tuple[float, float, float]:
-        """GM bytes read, written, and touched for the first time (from HBM) by these blocks.
-
-        Every block reads its A rows and B columns over K (once per sub-tile when K needs more
-        than one L1 panel) and writes C once; the first block of a row (column) of C is the first
-        to touch its A (B) panel. A vector epilogue reads C back and writes it again.
-        """
-        rd = wr = first = 0.0
-        for bm, bn, first_a, first_b in core_blocks:
-            subs = ceil_div(bm, tile.m_l0) * ceil_div(bn, tile.n_l0)
-            rd += (subs if k_steps > 1 else 1) * (bm + bn) * k * eb
-            out = bm * bn * ob
-            wr += out
-            first += (bm * k * eb if first_a else 0) + (bn * k * eb if first_b else 0) + out
-            if vector_epilogue:
-                rd += out
-                wr += out
-            if epilogue.residual:
-                rd += out
-                first += out
-        return rd, wr, first
-
-    reads, writes, unique = traffic(blocks)
+    # GM bytes each block reads, writes, and touches for the first time (from HBM). Every block
+    # reads its A rows and B columns over K (once per sub-tile when K needs more than one L1
+    # panel) and writes C once; a vector epilogue reads C back and writes it again; a residual
+    # epilogue reads one more C-shaped tile. (Whole numbers below 2**53: every sum is exact.)
+    rf, cf = rows.astype(np.float64), cols.astype(np.float64)
+    subs = (-(-rows // tile.m_l0)) * (-(-cols // tile.n_l0))
+    out = rf * cf * ob
+    rd = (subs if k_steps > 1 else 1) * (rf + cf) * k * eb
+    wr = out.copy()
+    first = np.where(bj == 0, rf * k * eb, 0.0) + np.where(bi == 0, cf * k * eb, 0.0) + out
+    if vector_epilogue:
+        rd += out
+        wr += out
+    if epilogue.residual:
+        rd += out
+        first += out
+    reads, writes, unique = float(rd.sum()), float(wr.sum()), float(first.sum())
     gm_bytes = reads + writes
     # what the cores reuse at one time: the A row panels and B column panels of two waves of blocks
     wave_rows = min(bm_count, ceil_div(2 * active, bn_count) + 1)
     wave_cols = min(bn_count, 2 * active)
     working_set = (wave_rows * tile.m_l1 + wave_cols * tile.n_l1) * k * eb
-
-    assign = [tuple(blocks[b] for b in core_blocks) for core_blocks in per_core]
-    busiest_rd = max(traffic([blocks[b] for b in core_blocks])[0] for core_blocks in per_core)
+    busiest_rd = float(np.bincount(np.arange(n_blocks) % chip.cube_cores, weights=rd, minlength=active).max())
     rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, unique - writes, busiest_rd, active, working_set)
-    tl = simulate_cube_cores(chip, assign, lambda key: _cube_core_program(
-        chip, [b[:2] for b in key], k, dtype, out_dtype, plan, rate_rd, rate_wr, hbm_share, epilogue))
+
+    # one program per distinct list of (rows, cols) blocks: it is all a core's program depends on
+    program = CubeProgram.for_matmul(chip, plan, dtype, out_dtype, rate_rd, rate_wr, hbm_share, epilogue)
+    shapes = np.stack([rows, cols], axis=1)
+    groups: dict[bytes, tuple[np.ndarray, list[int]]] = {}
+    for core in range(active):
+        mine = shapes[core::chip.cube_cores]
+        groups.setdefault(mine.tobytes(), (mine, []))[1].append(core)
+    simulated = program.simulate_all([mine for mine, _ in groups.values()], k,
+                                     f"simulate_matmul({m}, {k}, {n}, batch={batch}) with tile {tile}",
+                                     "use larger tiles (m_l1, n_l1, k_l0) or simulate a smaller problem")
+    parts = [(sim, cube_placements(chip, cores)) for sim, (_, cores) in zip(simulated, groups.values())]
+    tl = simulate_placed(parts, chip.cube_cores + (chip.vector_cores if chip.split_cores else 0))
 
     flops = 2.0 * batch * m * n * k
     macs_cycle = chip.cube.macs_per_cycle(dtype)
@@ -412,7 +218,21 @@ def simulate_conv2d(n: int, c_in: int, h: int, w: int, c_out: int, kernel: int |
                     tile: CubeTile | dict | None = None, double_buffer: bool = True,
                     epilogue: Epilogue | str = "none") -> KernelReport:
     """Convolution as implicit GEMM: M = N*Ho*Wo, K = C_in*kh*kw, N = C_out (img2col in L1)."""
-    kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
+    for label, v in (("n", n), ("c_in", c_in), ("h", h), ("w", w), ("c_out", c_out)):
+        if not _is_int(v) or v <= 0:
+            raise ValueError(f"conv2d {label} = {v!r}: tensor dimensions must be positive integers; "
+                             f"e.g. simulate_conv2d(1, 64, 56, 56, 64)")
+    pair = isinstance(kernel, (tuple, list)) and len(kernel) == 2 and all(map(_is_int, kernel))
+    if not (_is_int(kernel) or pair) or min(kernel if pair else (kernel,)) <= 0:
+        raise ValueError(f"conv2d kernel = {kernel!r}: the kernel size must be a positive integer or a pair of them "
+                         "(kh, kw); e.g. kernel=3 or kernel=(1, 7)")
+    if not _is_int(stride) or stride <= 0:
+        raise ValueError(f"conv2d stride = {stride!r}: the stride must be a positive integer (1 visits every "
+                         "position); e.g. stride=1 or stride=2")
+    if not _is_int(padding) or padding < 0:
+        raise ValueError(f"conv2d padding = {padding!r}: padding must be a non-negative integer (zeros added on "
+                         "each side); use padding=0 for none")
+    kh, kw = (kernel, kernel) if _is_int(kernel) else kernel
     ho = (h + 2 * padding - kh) // stride + 1
     wo = (w + 2 * padding - kw) // stride + 1
     if ho <= 0 or wo <= 0:
@@ -430,6 +250,14 @@ def simulate_conv2d(n: int, c_in: int, h: int, w: int, c_out: int, kernel: int |
 
 
 # ---- Vector kernel --------------------------------------------------------------------------
+
+VECTOR_DTYPES = ("fp16", "bf16", "fp32", "int8", "int16", "int32")  # what a vector kernel's tensors may hold
+VECTOR_COMPUTE_DTYPES = ("fp16", "bf16", "fp32")                     # what a widened computation runs in
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
 
 @dataclass(frozen=True)
 class VectorOp:
@@ -507,10 +335,20 @@ def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: s
     chip = get_chip(chip)
     if isinstance(op, str) and op not in VECTOR_OPS:
         raise ValueError(f"vector op {op!r} is not known; choose one of {', '.join(VECTOR_OPS)}")
-    if dtype not in DTYPE_BYTES:
-        raise ValueError(f"dtype {dtype!r} is not known; choose one of fp16, bf16, fp32, int8, int16, int32")
-    if not isinstance(numel, (int, np.integer)) or numel <= 0:
+    if dtype not in VECTOR_DTYPES:
+        raise ValueError(f"vector dtype {dtype!r} is not supported: the Vector unit computes "
+                         f"{', '.join(VECTOR_DTYPES)} (the chip presets time no other arithmetic); cast the tensor "
+                         "to one of them first (e.g. int64 -> int32, int4 -> int8)")
+    if compute_dtype is not None and compute_dtype not in VECTOR_COMPUTE_DTYPES:
+        what = "is not supported:" if compute_dtype in DTYPE_BYTES else "is not known;"
+        raise ValueError(f"compute_dtype {compute_dtype!r} {what} a widened computation runs in "
+                         f"{', '.join(VECTOR_COMPUTE_DTYPES)}; pass compute_dtype='fp32' (or None to compute in "
+                         f"dtype {dtype!r})")
+    if not _is_int(numel) or numel <= 0:
         raise ValueError(f"numel = {numel!r}: must be a positive integer")
+    if row_len is not None and (not _is_int(row_len) or row_len <= 0):
+        raise ValueError(f"row_len = {row_len!r}: a row must hold a positive integer number of elements; pass a "
+                         f"divisor of numel = {numel} (e.g. the last dimension), or None for the default")
     spec = VECTOR_OPS[op] if isinstance(op, str) else op
     op_name = op if isinstance(op, str) else (name or "fused vector op")
     if spec.row_wise:
@@ -520,8 +358,6 @@ def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: s
     else:
         row_len = None
     cdt = compute_dtype or dtype
-    if cdt not in DTYPE_BYTES:
-        raise ValueError(f"compute_dtype {cdt!r} is not known; choose one of fp16, bf16, fp32")
     eb = DTYPE_BYTES[dtype]
     if isinstance(tile, dict):
         tile = VecTile(**tile)
@@ -541,7 +377,7 @@ def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: s
     else:
         tiles = [min(tile.elems, numel - s) for s in range(0, numel, tile.elems)]
     cores = chip.vector_cores
-    per_core = _split_blocks(len(tiles), cores)
+    per_core = split_blocks(len(tiles), cores)
     active = len(per_core)
     gm_bytes = numel * eb * (spec.inputs + 1)
     reads = numel * eb * spec.inputs
@@ -556,36 +392,36 @@ def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: s
         pending = []
         for elems in sizes:
             slot, free = ub.acquire()
-            loads = [_move(prog, 0, p_in, elems * eb, f"load x{i} GM->UB", (free,), rate_rd)
+            loads = [move(prog, 0, p_in, elems * eb, f"load x{i} GM->UB", (free,), rate_rd)
                      for i in range(spec.inputs)]
-            _flush_writebacks(prog, 0, pending, hbm_share)
+            flush_writebacks(prog, 0, pending, hbm_share)
             if widen is not None:
                 reps = max(1, ceil_div(int(elems * eb), chip.vector.repeat_bytes))
                 loads = [emit_repeats(prog, 0, chip, "VCONV", widen, reps, (ld,)) for ld in loads]
-            v = _emit_vector_ops(prog, 0, chip, spec.per_tile, elems, cdt, loads)
+            v = emit_vector_ops(prog, 0, chip, spec.per_tile, elems, cdt, loads)
             if spec.per_row:
                 rows = elems // row_len
                 for instr, passes in spec.per_row:
-                    timing = chip.vector.timing(instr, _dtypes_key(instr, cdt))
+                    timing = chip.vector.timing(instr, dtypes_key(instr, cdt))
                     for _ in range(passes):
                         v = prog.emit(0, "VECTOR", timing.cycles(rows), instr, (v,))
             if narrow is not None:
                 reps = max(1, ceil_div(int(elems * ceb), chip.vector.repeat_bytes))
                 v = emit_repeats(prog, 0, chip, "VCONV", narrow, reps, (v,))
-            st = _move(prog, 0, p_out, elems * eb, "store y UB->GM", (v,), rate_wr)
+            st = move(prog, 0, p_out, elems * eb, "store y UB->GM", (v,), rate_wr)
             pending.append(elems * eb)
             ub.release(slot, st)
-        _flush_writebacks(prog, 0, pending, hbm_share)
+        flush_writebacks(prog, 0, pending, hbm_share)
         return prog
 
     assign = [tuple(tiles[t] for t in core_tiles) for core_tiles in per_core]
-    parts = [(program(key), cs) for key, cs in _group_by_program(assign).items()]
-    tl = simulate_chip(parts, cores)
+    parts = [(program(key), cs) for key, cs in group_by_program(assign).items()]
+    tl = simulate_placed(parts, cores)
 
     cycles = tl.total_cycles
     vec_cycles_min = 0.0  # the vector work at the plateau rate, as the compute roof
     for instr, passes in spec.per_tile:
-        t = chip.vector.timing(instr, _dtypes_key(instr, cdt))
+        t = chip.vector.timing(instr, dtypes_key(instr, cdt))
         vec_cycles_min += passes * t.cycles_per_repeat * numel * ceb / chip.vector.repeat_bytes
     compute_cycles = vec_cycles_min / cores
     mem_cycles = gm_bytes / chip.hbm_bytes_per_cycle()

@@ -24,10 +24,10 @@ import numpy as np
 from ..capture.graph import Graph
 from ..hw.attention import attention_block_candidates
 from ..hw.chip import Chip
+from ..hw.tile_search import screen_space
 from ..hw.tiling import CubeTile, cube_tile_candidates
 from ..kernels.cost import cost
 from ..kernels.ir import AttentionKernel, CubeKernel
-from ..tuning import screen_space
 from .base import Pass, PassContext, PassResult, register
 
 

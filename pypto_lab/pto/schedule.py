@@ -3,10 +3,12 @@
 dependencies between pipes and ping-pong buffer slots, in one `pypto_lab.hw.simulator.Program`.
 
 Costs come from the chip preset only: transfers from ``chip.data_path(...).occupancy`` (at the
-core's share of HBM / L2 bandwidth, `pypto_lab.hw.kernels.gm_rates`), vector instructions from
+core's share of HBM / L2 bandwidth, `pypto_lab.hw.programs.gm_rates`), vector instructions from
 ``chip.vector.timing(instr, dtypes)`` (repeats of 256 B, at most ``max_repeats`` per
 instruction), mmad from the Cube's fractals. A group waits (a zero-cost SCALAR wait per core)
-for the groups whose GM results it reads; independent groups overlap.
+for the groups whose GM results it reads; independent groups overlap. The building blocks are
+the hardware model's own (`pypto_lab.hw.programs`): a cube group's per-core program is the
+compiled `CubeProgram` of `simulate_matmul`, with a per-block bias load and a barrier.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from ..hw.chip import PIPES, Chip
-from ..hw.kernels import _flush_writebacks, _move, emit_repeats, gm_rates
-from ..hw.simulator import PingPong, Program
+from ..hw.chip import DTYPE_BYTES, PIPES, Chip
+from ..hw.programs import CubeProgram, emit_repeats, flush_writebacks, gm_rates, move
+from ..hw.simulator import PingPong, Program, ProgramArrays
 from .blocks import BlockGraph
 from .graph import REDUCTIONS
 from .tiling import TileGraph
@@ -56,6 +58,9 @@ class Emitter:
         self.group = -1
         self.ub: dict[int, PingPong] = {}  # UB slots of each core: shared by the groups that run there
 
+    def __len__(self) -> int:
+        return len(self.prog)
+
     def ub_slots(self, core: int, slots: int) -> PingPong:
         pp = self.ub.get(core)
         if pp is None or pp.slots != slots:
@@ -68,9 +73,23 @@ class Emitter:
         self.group_of.append(self.group)
         return i
 
-    # the tile programs' own helpers (pypto_lab.hw.kernels), emitting through this Emitter
+    def extend(self, block: ProgramArrays) -> None:
+        """Append instructions a compiled tile program built for this group."""
+        start = len(self.prog)
+        self.prog.extend(block)
+        n = block.size
+        if n:
+            lanes = block.core.astype(int) * len(PIPES) + block.pipe
+            last = {}
+            for i, lane in enumerate(lanes.tolist()):
+                last[lane] = start + i
+            for lane, i in last.items():
+                self.lane_last[(lane // len(PIPES), PIPES[lane % len(PIPES)])] = i
+        self.group_of.extend([self.group] * n)
+
+    # the tile programs' own building blocks (pypto_lab.hw.programs), emitting through this Emitter
     def move(self, core, path, nbytes, kind, deps, rate_cap=None) -> int:
-        return _move(self, core, path, nbytes, kind, deps, rate_cap)
+        return move(self, core, path, nbytes, kind, deps, rate_cap)
 
     def repeats(self, core, chip, instr, timing, reps, deps) -> int:
         return emit_repeats(self, core, chip, instr, timing, max(1, int(reps)), deps)
@@ -181,7 +200,7 @@ def _emit_vector(em: Emitter, g, graph, assign, chip: Chip, barrier: dict) -> No
                 else:
                     i = em.move(core, p_in, _elems(g.spans[t], tiles[0]) * eb, f"load %{t} GM->UB", (free, bdep), rate_rd)
                     ready[t] = [i] * k
-            _flush_writebacks(em, core, pending, hbm_share)
+            flush_writebacks(em, core, pending, hbm_share)
             for nid in g.nodes:
                 n = nodes[nid]
                 if n.op == "assemble":
@@ -200,7 +219,7 @@ def _emit_vector(em: Emitter, g, graph, assign, chip: Chip, barrier: dict) -> No
                     st = em.move(core, p_out, nb, f"store %{t} UB->GM", (ready[t][-1],), rate_wr)
                     pending.append(nb)
             ub.release(slot, st if st is not None else em.prog.__len__() - 1)
-        _flush_writebacks(em, core, pending, hbm_share)
+        flush_writebacks(em, core, pending, hbm_share)
 
 
 def _emit_node(em: Emitter, core: int, chip: Chip, g, n, nodes, tiles, ready, last) -> list[int]:
@@ -275,15 +294,13 @@ def _emit_node(em: Emitter, core: int, chip: Chip, g, n, nodes, tiles, ready, la
 # ---- cube groups --------------------------------------------------------------------------------
 
 def _emit_cube(em: Emitter, g, assign, chip: Chip, barrier: dict) -> None:
-    from ..hw.chip import DTYPE_BYTES
-    from ..hw.tiling import cube_fractal
-
+    """Every core's share of a cube group: the compiled Cube program of `simulate_matmul`
+    (`pypto_lab.hw.programs.CubeProgram`) with the group's bias load (GM -> L1, and L1 -> BT where
+    the chip has a BiasTable) per block, its GM loads waiting for the group's barrier, and its own
+    epilogue: FixPipe to GM, or L0C -> UB, the bias add where there is no BiasTable, the cast."""
     tile, plan = g.cube_tile, g.plan
-    eb, ob = DTYPE_BYTES[g.in_dtype], DTYPE_BYTES[g.out_dtype]
+    eb = DTYPE_BYTES[g.in_dtype]
     acc_dt = chip.cube.accumulator[g.in_dtype]
-    acc_b = DTYPE_BYTES[acc_dt]
-    m0, k0, n0 = cube_fractal(chip, g.in_dtype)
-    p_l1, p_l0a, p_l0b = chip.data_path("GM_TO_L1"), chip.data_path("L1_TO_L0A"), chip.data_path("L1_TO_L0B")
     m, k, n = g.m, g.kk, g.n
     k_steps = -(-k // tile.k_l1)
 
@@ -300,72 +317,20 @@ def _emit_cube(em: Emitter, g, assign, chip: Chip, barrier: dict) -> None:
     reads = sum(per_core.values())
     unique = g.batch * (m * k + k * n) * eb
     rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, min(unique, reads), max(per_core.values()), max(1, len(assign)))
+    ops = []
+    bias_on_vector = False
+    if not chip.split_cores:
+        acc = acc_dt.upper()
+        if g.bias_bytes and "L1_TO_BT" not in chip.paths:
+            # no BiasTable: the bias is added on the Vector unit on the way out of L0C
+            ops.append(("VADD", chip.vector.timing("VADD", f"{acc}_{acc}_{acc}")))
+            bias_on_vector = True
+        if g.out_dtype != acc_dt:
+            ops.append(("VCONV", chip.vector.timing("VCONV", f"{acc}_{g.out_dtype.upper()}")))
+    program = CubeProgram(chip, tile, dict(plan.slots), g.in_dtype, g.out_dtype, rate_rd, rate_wr, hbm_share,
+                          tuple(ops), bias_bytes=g.bias_bytes or 0, bias_on_vector=bias_on_vector, chain=True)
     for core, tasks in assign.items():
-        l1, l0a, l0b, l0c = (PingPong(plan.slots[b]) for b in ("L1", "L0A", "L0B", "L0C"))
-        ub = PingPong(2)
-        pending: list = []
-        bdep = barrier.get(core)
-        for task in tasks:
-            bm, bn = dims(task)
-            subs = [(min(tile.m_l0, bm - i), min(tile.n_l0, bn - j))
-                    for i in range(0, bm, tile.m_l0) for j in range(0, bn, tile.n_l0)]
-            resident = None
-            bias_ready = None
-            if g.bias_bytes:
-                # bias_tensor: n_l1 values GM -> L1, then (chips with a BiasTable) L1 -> BT, where the
-                # first mmad of each L0C tile starts its accumulation from them
-                bias_ready = em.move(core, p_l1, bn * g.bias_bytes, "load bias GM->L1", (bdep,), rate_rd)
-                if "L1_TO_BT" in chip.paths:
-                    bias_ready = em.move(core, chip.data_path("L1_TO_BT"), bn * 4, "load bias L1->BT", (bias_ready,))
-            for sm, sn in subs:
-                c_slot, c_free = l0c.acquire()
-                first, last_mm = True, None
-                for ks in range(k_steps):
-                    kl1 = min(tile.k_l1, k - ks * tile.k_l1)
-                    if resident is not None and k_steps == 1:
-                        panel, slot = resident
-                    else:
-                        slot, free = l1.acquire()
-                        la = em.move(core, p_l1, bm * kl1 * eb, "load A GM->L1", (free, bdep), rate_rd)
-                        lb = em.move(core, p_l1, kl1 * bn * eb, "load B GM->L1", (free, bdep), rate_rd)
-                        _flush_writebacks(em, core, pending, hbm_share)
-                        panel = max(la, lb)
-                        resident = (panel, slot)
-                    reader = None
-                    for kk in range(0, kl1, tile.k_l0):
-                        kl0 = min(tile.k_l0, kl1 - kk)
-                        a_slot, a_free = l0a.acquire()
-                        b_slot, b_free = l0b.acquire()
-                        ma = em.move(core, p_l0a, sm * kl0 * eb, "load A L1->L0A", (panel, a_free))
-                        mb = em.move(core, p_l0b, kl0 * sn * eb, "load B L1->L0B", (panel, b_free))
-                        fr = -(-sm // m0) * -(-kl0 // k0) * -(-sn // n0)
-                        mm = em.emit(core, "CUBE", chip.cube.startup_cycles + fr, "mmad",
-                                     (ma, mb, c_free if first else None, bias_ready if first else None))
-                        first = False
-                        l0a.release(a_slot, mm)
-                        l0b.release(b_slot, mm)
-                        reader, last_mm = mb, mm
-                    l1.release(slot, reader)
-                out_bytes = sm * sn * ob
-                if chip.split_cores:
-                    fix = em.move(core, chip.data_path("L0C_TO_GM"), out_bytes, "fixpipe L0C->GM", (last_mm,), rate_wr)
-                    l0c.release(c_slot, fix)
-                else:
-                    u_slot, u_free = ub.acquire()
-                    dr = em.move(core, chip.data_path("L0C_TO_UB"), sm * sn * acc_b, "L0C->UB", (last_mm, u_free))
-                    l0c.release(c_slot, dr)
-                    v = dr
-                    if g.bias_bytes and "L1_TO_BT" not in chip.paths:
-                        # no BiasTable: the bias is added on the Vector unit on the way out of L0C
-                        t = chip.vector.timing("VADD", f"{acc_dt.upper()}_{acc_dt.upper()}_{acc_dt.upper()}")
-                        v = em.repeats(core, chip, "VADD", t, _reps(chip, sm * sn, acc_b), (dr, bias_ready))
-                    if g.out_dtype != acc_dt:
-                        t = chip.vector.timing("VCONV", f"{acc_dt.upper()}_{g.out_dtype.upper()}")
-                        v = em.repeats(core, chip, "VCONV", t, _reps(chip, sm * sn, acc_b), (v,))
-                    st = em.move(core, chip.data_path("UB_TO_GM"), out_bytes, "store C UB->GM", (v,), rate_wr)
-                    ub.release(u_slot, st)
-                pending.append(out_bytes)
-        _flush_writebacks(em, core, pending, hbm_share)
+        program.emit(em, core, [dims(t) for t in tasks], k, barrier.get(core))
 
 
 __all__ = ["ExecuteGraph", "build_execute_graph"]

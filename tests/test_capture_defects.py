@@ -121,3 +121,35 @@ def test_an_unchanged_model_is_captured_once():
     model.leaky.negative_slope = 0.2
     assert model_fingerprint(model) != fingerprint
     assert capture(model, x).exported_program is not first.exported_program
+
+
+# ---- training flags: each module keeps its own ----------------------------------------------------
+
+def _training_model_with_frozen_parts():
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Dropout(0.5),
+                          nn.Flatten(), nn.Linear(8 * 4 * 4, 4)).train()
+    model[1].eval()  # a frozen BatchNorm and a Dropout switched off inside a model that trains
+    model[3].eval()
+    return model
+
+
+def _flags(model):
+    return {name: m.training for name, m in model.named_modules()}
+
+
+def test_capture_gives_every_module_its_own_training_flag_back():
+    model = _training_model_with_frozen_parts()
+    before = _flags(model)
+    assert before[""] and not before["1"] and not before["3"]
+    capture(model, torch.randn(2, 3, 6, 6))
+    assert _flags(model) == before
+
+
+def test_calibrate_gives_every_module_its_own_training_flag_back():
+    from pypto_lab import quantization as Q
+
+    prepared = Q.prepare(_training_model_with_frozen_parts())
+    before = _flags(prepared)
+    assert before[""] and not before["1"] and not before["3"]
+    Q.calibrate(prepared, [torch.randn(2, 3, 6, 6)])
+    assert _flags(prepared) == before

@@ -13,6 +13,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -198,6 +200,19 @@ def model_fingerprint(model: torch.nn.Module) -> str:
     return hashlib.blake2b(repr(parts).encode(), digest_size=16).hexdigest()
 
 
+@contextmanager
+def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """``model`` in eval mode inside the block; afterwards every submodule has its own training flag
+    back (a BatchNorm frozen in eval inside a model that trains stays frozen), not the model's."""
+    flags = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield model
+    finally:
+        for module, training in flags:
+            module.training = training
+
+
 def capture(model: torch.nn.Module, example_inputs, name: str | None = None) -> Graph:
     """Capture ``model`` called on ``example_inputs`` (a tensor or a tuple) with `torch.export`.
 
@@ -220,10 +235,8 @@ def capture(model: torch.nn.Module, example_inputs, name: str | None = None) -> 
     per_model = cached[1]
     if sig in per_model:
         return per_model[sig].copy()
-    was_training = model.training
-    model.eval()
     try:
-        with torch.no_grad():
+        with eval_mode(model), torch.no_grad():
             ep = torch.export.export(model, example_inputs)
     except Exception as exc:  # torch raises many kinds: say what failed and what to do
         raise CaptureError(
@@ -232,8 +245,6 @@ def capture(model: torch.nn.Module, example_inputs, name: str | None = None) -> 
             "and no data-dependent Python control flow: replace such branches with torch.where/torch.cond, "
             "or capture a sub-module that exports"
         ) from exc
-    finally:
-        model.train(was_training)
     graph = from_exported(ep, name or type(model).__name__)
     graph.exported_program = ep  # what `pypto_lab.runtime` interprets (copies carry it over)
     per_model[sig] = graph

@@ -153,3 +153,57 @@ def test_calibrate_gives_every_module_its_own_training_flag_back():
     assert before[""] and not before["1"] and not before["3"]
     Q.calibrate(prepared, [torch.randn(2, 3, 6, 6)])
     assert _flags(prepared) == before
+
+
+# ---- threads: torch.export is not thread-safe, capture serialises it ------------------------------
+
+def _small_models():
+    torch.manual_seed(0)
+    return [(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).eval(), torch.randn(2, 8)),
+            (nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval(), torch.randn(1, 3, 8, 8)),
+            (nn.Sequential(nn.LayerNorm(32), nn.GELU()).eval(), torch.randn(4, 32)),
+            (nn.Sequential(nn.Linear(8, 8), nn.Sigmoid()).eval(), torch.randn(3, 8))]
+
+
+def _all_at_once(work, items):
+    """Run ``work(*item)`` for every item in its own thread, all released together; the results and
+    the exceptions raised."""
+    import threading
+
+    barrier = threading.Barrier(len(items))
+    results, errors = [None] * len(items), []
+
+    def run(i, item):
+        barrier.wait()
+        try:
+            results[i] = work(*item)
+        except Exception as exc:  # collected: the test shows them
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i, item)) for i, item in enumerate(items)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results, errors
+
+
+def test_threads_capture_different_models_at_once():
+    for _ in range(3):  # unserialised, every round failed inside torch.export
+        models = _small_models()
+        graphs, errors = _all_at_once(capture, models)
+        assert errors == []
+        for graph, (model, x) in zip(graphs, models):  # each thread got its own model's graph
+            with torch.no_grad():
+                assert graph.node(graph.outputs[0]).outputs[0].shape == tuple(model(x).shape)
+            assert {n.module_type.rsplit(".", 1)[-1] for n in graph.nodes} == {type(m).__name__ for m in model}
+
+
+def test_threads_optimize_at_once_and_compute_their_own_model():
+    models = _small_models()[:2]
+    optimized, errors = _all_at_once(
+        lambda model, x: pypto_lab.optimize(model, x, chip="Ascend910B1", precision="fp32"), models)
+    assert errors == []
+    for om, (model, x) in zip(optimized, models):
+        with torch.no_grad():
+            assert pypto_lab.compare_tensors(om(x), model(x), verbose=False).passed

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -105,6 +106,11 @@ def from_exported(ep: torch.export.ExportedProgram, model_name: str = "") -> Gra
 
 
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (fingerprint, {signature: graph})
+
+# torch.export keeps its tracing state in globals (dispatch-mode stack, module hierarchy), so two
+# exports at once corrupt each other. One capture at a time; the cache is read and filled under
+# the same lock.
+_CAPTURE_LOCK = threading.RLock()
 
 
 def _signature(example_inputs: tuple) -> tuple:
@@ -220,6 +226,7 @@ def capture(model: torch.nn.Module, example_inputs, name: str | None = None) -> 
     a copy of the cached graph. A model edited in place since (a swapped activation, a changed flag
     such as ``negative_slope``, a new hook, a resized weight: anything `model_fingerprint` sees) is
     captured again; new weight values need no new capture (the runtime reads the live model).
+    Threads may call it at once: captures run one at a time (torch.export is not thread-safe).
     """
     if not isinstance(model, torch.nn.Module):
         raise CaptureError(f"capture needs a torch.nn.Module, got {type(model).__name__}; wrap a function "
@@ -227,6 +234,13 @@ def capture(model: torch.nn.Module, example_inputs, name: str | None = None) -> 
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     example_inputs = tuple(example_inputs)
+    with _CAPTURE_LOCK:
+        return _capture_cached(model, example_inputs, name)
+
+
+def _capture_cached(model: torch.nn.Module, example_inputs: tuple, name: str | None) -> Graph:
+    """The cached graph of ``model`` on inputs like ``example_inputs``, captured if needed (hold
+    _CAPTURE_LOCK)."""
     sig = _signature(example_inputs)
     fingerprint = model_fingerprint(model)
     cached = _CACHE.get(model)

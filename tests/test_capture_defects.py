@@ -207,3 +207,21 @@ def test_threads_optimize_at_once_and_compute_their_own_model():
     for om, (model, x) in zip(optimized, models):
         with torch.no_grad():
             assert pypto_lab.compare_tensors(om(x), model(x), verbose=False).passed
+
+
+def test_a_capture_error_gives_the_data_dependent_hint_only_where_it_applies():
+    from pypto_lab.capture import CaptureError
+
+    class Branchy(nn.Module):
+        def forward(self, x):
+            return x * 2 if x.sum() > 0 else x
+
+    class ThroughNumpy(nn.Module):
+        def forward(self, x):
+            return torch.from_numpy(x.detach().numpy() * 2)
+
+    with pytest.raises(CaptureError, match="data-dependent Python control flow: replace such branches"):
+        capture(Branchy(), torch.randn(4, 4))
+    with pytest.raises(CaptureError) as err:
+        capture(ThroughNumpy(), torch.randn(4, 4))
+    assert "data-dependent" not in str(err.value) and "capture a sub-module that exports" in str(err.value)

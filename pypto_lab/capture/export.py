@@ -206,6 +206,15 @@ def model_fingerprint(model: torch.nn.Module) -> str:
     return hashlib.blake2b(repr(parts).encode(), digest_size=16).hexdigest()
 
 
+def _export_fix(exc: Exception) -> str:
+    """What to do about a torch.export failure: the data-dependent hint only where it applies."""
+    if "data-dependent" in str(exc) or type(exc).__name__ == "GuardOnDataDependentSymNode":
+        return ("pypto_lab needs a graph with static shapes and no data-dependent Python control flow: replace "
+                "such branches with torch.where/torch.cond, or capture a sub-module that exports")
+    return ("pypto_lab captures what torch.export can: change what the error names (see the exception this one "
+            "comes from), or capture a sub-module that exports")
+
+
 @contextmanager
 def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
     """``model`` in eval mode inside the block; afterwards every submodule has its own training flag
@@ -255,9 +264,7 @@ def _capture_cached(model: torch.nn.Module, example_inputs: tuple, name: str | N
     except Exception as exc:  # torch raises many kinds: say what failed and what to do
         raise CaptureError(
             f"torch.export could not capture {type(model).__name__}: {type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''}. pypto_lab needs a graph with static shapes "
-            "and no data-dependent Python control flow: replace such branches with torch.where/torch.cond, "
-            "or capture a sub-module that exports"
+            f"{str(exc).splitlines()[0] if str(exc) else ''}. {_export_fix(exc)}"
         ) from exc
     graph = from_exported(ep, name or type(model).__name__)
     graph.exported_program = ep  # what `pypto_lab.runtime` interprets (copies carry it over)

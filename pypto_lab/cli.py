@@ -1,18 +1,71 @@
 """The `pypto-lab` command: `tour` (the main job of `make demo`), `chips`, `matmul`, `vector`,
-`report`, `compare`, `calibrate`."""
+`report`, `compare`, `calibrate`.
+
+Bad input ends the command with one line on stderr, ``pypto-lab: error: ...`` naming the value,
+the rule and a fix, and exit code 2; it is checked before any long computation starts."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 from .fileio import write_json_atomic
-from .hw.chip import ChipConfigError, get_chip, list_chips
+from .hw.chip import PRESET_DIR, ChipConfigError, get_chip, list_chips
 from .hw.kernels import VECTOR_OPS, simulate_matmul, simulate_vector
 from .hw.tiling import TilingError
 
 SWEEP = [(256, 256, 256), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
          (8192, 8192, 8192), (128, 4096, 128), (4096, 64, 4096), (16384, 1024, 1024)]
+
+
+class CliError(ValueError):
+    """Bad command-line input; the message names the option, its value, the rule and a fix."""
+
+
+# ---- checks of the command line's values, before any work starts ------------------------------------
+
+def _positive(flag: str, value: int | None, example: int = 1) -> None:
+    if value is not None and value < 1:
+        raise CliError(f"{flag} {value}: must be a positive integer (1 or more); e.g. {flag} {example}")
+
+
+def _chip(value: str, flag: str = "--chip") -> str:
+    """``value`` if it names a chip preset or a readable preset file."""
+    try:
+        get_chip(value)
+    except OSError as exc:  # a folder, an unreadable file
+        why = "is a folder" if os.path.isdir(value) else f"cannot be read ({exc.strerror or exc})"
+        raise CliError(f"{flag} {value}: {why}; a chip is a preset name ({', '.join(list_chips())}) or the "
+                       f"path of a .toml preset file (copy one from {PRESET_DIR} and edit it)") from exc
+    return value
+
+
+def _writable(flag: str, value: str | None, example: str = "out/result.json") -> None:
+    """Refuse an output path that cannot be written (a folder, under a file, in a folder that
+    cannot be written), before the work that produces it."""
+    if not value:
+        return
+    path = Path(value)
+    fix = f"give a file path you can write, e.g. {flag} {example}"
+    if path.is_dir():
+        raise CliError(f"{flag} {value}: is a folder, not a file; {fix}")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:  # the folders that would be created
+        folder = folder.parent
+    if not folder.is_dir():
+        raise CliError(f"{flag} {value}: {folder} is a file, so no folder can be made there; {fix}")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise CliError(f"{flag} {value}: permission denied (cannot write into {folder}); {fix}")
+
+
+def _write_json(flag: str, path: str, obj) -> None:
+    try:
+        write_json_atomic(path, obj)
+    except OSError as exc:
+        raise CliError(f"{flag} {path}: cannot write it ({exc.strerror or exc}); give a file path you can "
+                       f"write, e.g. {flag} out/result.json") from exc
 
 
 def _table(headers: list[str], rows: list[list], aligns: str | None = None) -> str:
@@ -58,6 +111,10 @@ def get_tile_text(report) -> str:
 
 
 def cmd_tour(args) -> int:
+    for chip in args.chips or []:
+        _chip(chip, "--chips")
+    if not args.no_html:
+        _writable("--html", args.html, "out/tour.html")
     print("pypto_lab tour: the simulated Ascend chips (every figure below comes from the simulator)\n")
     print(chip_table())
     for chip in args.chips or list_chips():
@@ -79,6 +136,8 @@ def cmd_chips(args) -> int:
 
 
 def cmd_matmul(args) -> int:
+    _chip(args.chip)
+    _writable("--json", args.json)
     r = simulate_matmul(args.m, args.k, args.n, dtype=args.dtype, chip=args.chip,
                         double_buffer=not args.no_double_buffer)
     _print_report(r, args.json)
@@ -86,6 +145,9 @@ def cmd_matmul(args) -> int:
 
 
 def cmd_vector(args) -> int:
+    _chip(args.chip)
+    _positive("--row-len", args.row_len, 1024)
+    _writable("--json", args.json)
     r = simulate_vector(args.op, args.numel, dtype=args.dtype, chip=args.chip, row_len=args.row_len,
                         double_buffer=not args.no_double_buffer)
     _print_report(r, args.json)
@@ -99,48 +161,62 @@ def _print_report(r, json_path) -> None:
     print("  pipe busy (busiest core): " + ", ".join(f"{k} {v:,.0f}" for k, v in r.pipe_busy.items() if v))
     print("  buffer peak per core: " + ", ".join(f"{k} {v / 1024:.1f} KB" for k, v in r.buffer_peak.items()))
     if json_path:
-        write_json_atomic(json_path, r.to_dict())
+        _write_json("--json", json_path, r.to_dict())
         print(f"  wrote {json_path}")
 
 
 def cmd_calibrate(args) -> int:
     from .hw.calibration import calibrate, format_calibration
 
-    chip = get_chip(args.chip)
+    chip = get_chip(_chip(args.chip))
+    _writable("--json", args.json)
     result = calibrate(chip)
     print(f"calibration of {chip.name} against datasets/calibration/ascend_mskpp_microbench.csv")
     print(format_calibration(result))
     if args.json:
         per_key = {k: v for k, v in result.items() if not k.startswith("_")}
-        write_json_atomic(args.json, per_key)
+        _write_json("--json", args.json, per_key)
         print(f"wrote {args.json}")
     return 0
 
 
-def cmd_report(args) -> int:
-    from .optimize import optimize
+def _load_model(args):
+    """The model and inputs of ``report`` / ``compare``, their options checked first."""
     from .capture.zoo import load_model
 
-    model, inputs = load_model(args.model, args.batch, args.seq)
+    _chip(args.chip)
+    _positive("--batch", args.batch, 8)
+    _positive("--seq", args.seq, 128)
+    if ":" in args.model and "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # a builder in the current folder, found as `python -m` would
+    return load_model(args.model, args.batch, args.seq)
+
+
+def cmd_report(args) -> int:
+    from .optimize import optimize
+
+    if args.top < 0:
+        raise CliError(f"--top {args.top}: must be 0 or more (the number of kernels to list); e.g. --top 15")
+    _writable("--json", args.json)
+    model, inputs = _load_model(args)
     rep = optimize(model, inputs, chip=args.chip, level=args.level, precision=args.precision).report()
     print(rep.table(args.top))
     if args.json:
-        write_json_atomic(args.json, rep.to_dict())
+        _write_json("--json", args.json, rep.to_dict())
         print(f"wrote {args.json}")
     return 0
 
 
 def cmd_compare(args) -> int:
     from .optimize import LEVELS, optimize
-    from .capture.zoo import load_model
 
-    model, inputs = load_model(args.model, args.batch, args.seq)
+    model, inputs = _load_model(args)
     reports = [optimize(model, inputs, chip=args.chip, level=lv, precision=args.precision).report()
                for lv in sorted(LEVELS)]
     base = reports[0].latency_us
     rows = [[f"level {r.level}", f"{r.latency_us:,.1f}", len(r.kernels), f"{r.gm_bytes / 1e6:,.1f}",
              f"{r.peak_memory_bytes / 1e6:,.1f}", f"{base / r.latency_us:.2f}x"] for r in reports]
-    print(f"{reports[0].model} on {args.chip}, {args.precision}, batch {args.batch}")
+    print(f"{reports[0].model} on {args.chip}, {args.precision}, batch {reports[0].batch}")
     print(_table(["level", "latency us", "kernels", "GM MB", "peak memory MB", "speedup"], rows))
     last = reports[-1]
     print(f"\npass by pass at level {last.level} (why each step changes the latency):")
@@ -186,8 +262,10 @@ def build_parser() -> argparse.ArgumentParser:
         q = sub.add_parser(cmd, help=helptext)
         q.add_argument("model", help="resnet50, bert-base, minilm, or package.module:function returning (model, inputs)")
         q.add_argument("--chip", default="Ascend910A")
-        q.add_argument("--batch", type=int, default=1)
-        q.add_argument("--seq", type=int, default=None, help="sequence length (bert-base: 128)")
+        q.add_argument("--batch", type=int, default=None,
+                       help="batch size (default 1; a module:function builder: its own default)")
+        q.add_argument("--seq", type=int, default=None,
+                       help="sequence length (bert-base, minilm: default 128; a builder: if it takes seq)")
         q.add_argument("--precision", default="fp16")
         if cmd == "report":
             q.add_argument("--level", type=int, default=1)
@@ -205,9 +283,17 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ChipConfigError, TilingError, ValueError, KeyError) as exc:
-        print(f"pypto-lab: error: {exc}", file=sys.stderr)
+    except (ChipConfigError, TilingError, ValueError, KeyError, OSError) as exc:
+        print(f"pypto-lab: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:  # e.g. a file vanished between the check and the write
+        where = f" {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror}:{where}; check the path and its permissions, or choose another one"
+    text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+    return " ".join(str(text).split())
 
 
 if __name__ == "__main__":

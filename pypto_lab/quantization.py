@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .capture import zoo
+from .capture.export import eval_mode
 from .hw import numerics
 from .optimize import optimize
 
@@ -374,15 +375,11 @@ def calibrate(model: nn.Module, inputs: Iterable) -> nn.Module:
     if not observers:
         raise QuantizationError("calibrate found no observers in the model: call prepare(model) (or "
                                 "prepare_qat(model)) first and calibrate what it returns")
-    was = model.training
-    model.eval()
     count = 0
-    try:
+    with eval_mode(model):  # each submodule gets its own training flag back
         for x in inputs:
             _run(model, x)
             count += 1
-    finally:
-        model.train(was)
     if not count:
         raise QuantizationError("calibrate got no inputs: pass a non-empty list or DataLoader of model inputs")
     return model

@@ -20,7 +20,8 @@ seed gives the same result; ``progress`` (default: when stderr is a terminal) sh
 Results go to a JSON cache (``cache_path``, default ``~/.cache/pypto_lab/tuning.json``, or the
 ``PYPTO_LAB_TUNING_CACHE`` environment variable; ``cache_path=False`` turns it off), keyed by
 chip, batch, dims, dtype, epilogue and level, written atomically; a later run reuses an entry
-without simulating.
+without simulating. A file at that path that is not such a cache (another version, a list, not
+JSON) is refused with a `TuneError` and left untouched.
 
 `auto_tune` writes the tiles into ``optimized.graph`` (the ``tile`` of each `CubeKernel` spec,
 which the Cube coster obeys), recomputes the report on the chip the model was optimised for and
@@ -33,6 +34,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,10 @@ CACHE_VERSION = 1
 
 class TuneError(ValueError):
     """Bad arguments to `auto_tune`: the message names the value, the rule and a fix."""
+
+
+class TuneCacheWarning(UserWarning):
+    """`auto_tune` could not write its cache file (the tuning itself is applied)."""
 
 
 # ---- the search -----------------------------------------------------------------------------
@@ -134,18 +140,46 @@ def _config(tune_config: dict | None) -> dict[str, Any]:
     return cfg
 
 
+def _cache_problem(path: Path, found: str) -> TuneError:
+    return TuneError(
+        f"tuning cache {path} {found}, not a pypto_lab tuning cache of version {CACHE_VERSION} "
+        f"({{\"version\": {CACHE_VERSION}, \"entries\": {{...}}}}); it is left as it is. Fix: delete it if it is an "
+        "old cache, or keep it and tune with another file: auto_tune(..., cache_path='other.json') or "
+        "PYPTO_LAB_TUNING_CACHE=other.json (cache_path=False tunes without a cache)")
+
+
 def _load_cache(path: Path | None) -> dict:
+    """The entries of the cache file at ``path`` ({} when there is none yet). A file that is not
+    this version's cache raises `TuneError` before anything is tuned, so it is never overwritten."""
     if path is None or not path.exists():
         return {}
     import json
+    if path.is_dir():
+        raise _cache_problem(path, "is a folder")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise TuneError(f"tuning cache {path} is not readable JSON ({exc}); delete it or pass another "
-                        "cache_path") from exc
-    if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
-        return {}
-    return dict(data.get("entries", {}))
+    except UnicodeDecodeError:
+        raise _cache_problem(path, "is not text") from None
+    except ValueError as exc:
+        raise _cache_problem(path, f"is not readable JSON ({exc})") from None
+    except OSError as exc:
+        raise _cache_problem(path, f"cannot be read ({exc.strerror or exc})") from None
+    if not isinstance(data, dict):
+        raise _cache_problem(path, f"holds a JSON {_json_kind(data)}")
+    if "version" not in data:
+        keys = ", ".join(map(str, data)) or "none"
+        raise _cache_problem(path, f"is a JSON object without a \"version\" key (keys: {keys})")
+    if data["version"] != CACHE_VERSION:
+        raise _cache_problem(path, f"has version {data['version']!r}")
+    entries = data.get("entries", {})
+    if not isinstance(entries, dict) or not all(isinstance(e, dict) for e in entries.values()):
+        raise _cache_problem(path, "has \"entries\" that are not an object of objects")
+    return dict(entries)
+
+
+def _json_kind(data: Any) -> str:
+    return {list: "list", str: "string", bool: "boolean", int: "number", float: "number",
+            type(None): "null"}.get(type(data), type(data).__name__)
 
 
 def cache_key(chip: str, batch: int, m: int, k: int, n: int, dtype: str, epilogue: str, level: str,
@@ -267,7 +301,12 @@ def auto_tune(optimized, tune_config: dict | None = None, cache_path: str | os.P
         if bar is not None:
             bar.close()
     if path is not None and sims:
-        write_json_atomic(path, {"version": CACHE_VERSION, "entries": cache})
+        try:
+            write_json_atomic(path, {"version": CACHE_VERSION, "entries": cache})
+        except OSError as exc:  # the tuning itself stands: say why it is not cached
+            warnings.warn(f"auto_tune could not write its cache {path} ({exc.strerror or exc}); the tilings are "
+                          "applied but will be searched again next time. Fix: pass a writable file as "
+                          "cache_path=... or set PYPTO_LAB_TUNING_CACHE", TuneCacheWarning, stacklevel=2)
 
     tuned = sum(r.count for r in rows if r.tile is not None)
     note = (f"auto_tune ({cfg['level']}): {tuned} Cube kernels retiled, "
@@ -283,5 +322,5 @@ def auto_tune(optimized, tune_config: dict | None = None, cache_path: str | os.P
 
 
 
-__all__ = ["auto_tune", "TuneResult", "TuneRow", "TuneError", "screen_space", "Screen", "best_screened",
-           "default_cache_path"]
+__all__ = ["auto_tune", "TuneResult", "TuneRow", "TuneError", "TuneCacheWarning", "screen_space", "Screen",
+           "best_screened", "default_cache_path"]

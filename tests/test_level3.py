@@ -8,9 +8,9 @@ import torchvision
 
 from pypto_lab.analysis.schedule import schedule_kernels
 from pypto_lab.hw.chip import get_chip
-from pypto_lab.kernels.ir import CubeKernel, Decomposed, VectorKernel
 from pypto_lab.hw.kernels import simulate_vector
 from pypto_lab.hw.tiling import cube_tile_candidates, default_cube_tile, naive_cube_tile
+from pypto_lab.kernels.ir import CubeKernel, Decomposed, VectorKernel
 from pypto_lab.optimize import OptimizeError, optimize, set_optimization_options
 
 

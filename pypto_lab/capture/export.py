@@ -4,14 +4,21 @@
 ATen call, its target, its tensor inputs, its other arguments, the shapes and dtypes of its
 outputs, and the module path it came from. Weights and buffers are graph inputs of kind
 "param"/"buffer"; the model's own inputs are kind "input". Capturing the same model with inputs
-of the same shapes and dtypes again returns the cached graph.
+of the same shapes and dtypes again returns the cached graph, unless the model was edited in place
+since (see `model_fingerprint`): then it is captured afresh.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import threading
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import torch
 
 from .graph import Graph, Node, TensorInfo, Value
@@ -98,7 +105,12 @@ def from_exported(ep: torch.export.ExportedProgram, model_name: str = "") -> Gra
     return Graph(values, nodes, outputs, model_name)
 
 
-_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (fingerprint, {signature: graph})
+
+# torch.export keeps its tracing state in globals (dispatch-mode stack, module hierarchy), so two
+# exports at once corrupt each other. One capture at a time; the cache is read and filled under
+# the same lock.
+_CAPTURE_LOCK = threading.RLock()
 
 
 def _signature(example_inputs: tuple) -> tuple:
@@ -111,11 +123,119 @@ def _signature(example_inputs: tuple) -> tuple:
     return tuple(sig)
 
 
+# ---- what an in-place edit of the model changes ---------------------------------------------------
+
+# nn.Module's own bookkeeping: parameters, buffers and children are described one by one, and the
+# training flags are left out because capture always exports in eval mode.
+_MODULE_INTERNALS = frozenset({"_parameters", "_buffers", "_modules", "training"})
+_DEPTH = 4  # how deep plain attributes (containers, objects such as a config) are followed
+
+
+def _tensor_digest(t: torch.Tensor) -> tuple:
+    """Shape, dtype and a digest of the values of a tensor that is not a parameter or a buffer:
+    `torch.export` makes such a tensor a constant of the program, which the runtime reads from the
+    program, not from the model, so one replaced by another of the same shape must be recaptured."""
+    head = ("tensor", tuple(t.shape), str(t.dtype))
+    try:
+        data = t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    except (RuntimeError, TypeError, ValueError):  # meta, sparse, quantised tensors: shape and dtype only
+        return head
+    return (*head, hashlib.blake2b(data, digest_size=16).hexdigest())
+
+
+def _describe(value: Any, seen: dict[int, int], depth: int = 0) -> Any:
+    """A comparable description of an attribute value: scalars and strings as they are, containers
+    item by item, tensors and arrays by shape, dtype and values, functions and modules by identity."""
+    if value is None or isinstance(value, (bool, int, str, bytes)):
+        return value
+    if isinstance(value, (float, complex)):
+        return repr(value)  # NaN equals itself
+    if isinstance(value, (torch.dtype, torch.device, torch.memory_format, torch.layout, torch.Size)):
+        return str(value)
+    if isinstance(value, torch.Tensor):
+        return _tensor_digest(value)
+    if isinstance(value, np.ndarray):
+        return ("array", value.shape, str(value.dtype),
+                hashlib.blake2b(np.ascontiguousarray(value).tobytes(), digest_size=16).hexdigest())
+    if isinstance(value, torch.nn.Module):  # a module kept outside the module tree
+        return ("module", type(value).__qualname__, id(value))
+    if isinstance(value, type) or (callable(value) and hasattr(value, "__qualname__")):
+        return ("callable", getattr(value, "__module__", ""), value.__qualname__, id(value))
+    if isinstance(value, functools.partial):
+        return ("partial", _describe(value.func, seen, depth + 1), _describe(value.args, seen, depth + 1),
+                _describe(value.keywords, seen, depth + 1))
+    if depth >= _DEPTH:
+        return ("object", type(value).__qualname__, id(value))
+    if isinstance(value, tuple):  # immutable: described by value even where the same object is shared
+        return ("tuple", *(_describe(v, seen, depth + 1) for v in value))
+    if isinstance(value, frozenset):
+        return ("frozenset", *sorted(repr(_describe(v, seen, depth + 1)) for v in value))
+    if id(value) in seen:  # a mutable value met before (shared, or a cycle)
+        return ("same as", seen[id(value)])
+    seen[id(value)] = len(seen)
+    if isinstance(value, list):
+        return ("list", *(_describe(v, seen, depth + 1) for v in value))
+    if isinstance(value, set):
+        return ("set", *sorted(repr(_describe(v, seen, depth + 1)) for v in value))
+    if isinstance(value, dict):
+        return ("dict", *((repr(k), _describe(v, seen, depth + 1)) for k, v in value.items()))
+    fields = getattr(value, "__dict__", None)
+    if isinstance(fields, dict):  # a plain object, e.g. a transformers config
+        return ("object", type(value).__qualname__, _describe(fields, seen, depth + 1))
+    return ("object", type(value).__qualname__, repr(value)[:200])
+
+
+def model_fingerprint(model: torch.nn.Module) -> str:
+    """A digest of what the captured graph depends on besides the inputs: the module tree and each
+    module's type (and its class's ``forward``), its parameters' and buffers' names, shapes and
+    dtypes, and its other attributes (flags such as ``negative_slope`` or ``eps``, a swapped
+    activation, hooks, tensors that are constants of the program). Parameter and buffer values
+    are left out: they do not change the graph, and the runtime reads them from the live model.
+    Cheap: one walk over the modules' attributes."""
+    seen: dict[int, int] = {}
+    parts = []
+    for path, module in model.named_modules(remove_duplicate=False):
+        cls = type(module)
+        params = [(n, None if p is None else (tuple(p.shape), str(p.dtype), str(p.device)))
+                  for n, p in module._parameters.items()]
+        buffers = [(n, None if b is None else (tuple(b.shape), str(b.dtype), str(b.device)))
+                   for n, b in module._buffers.items()]
+        attrs = [(k, _describe(v, seen)) for k, v in vars(module).items() if k not in _MODULE_INTERNALS]
+        parts.append((path, cls.__module__, cls.__qualname__, _describe(getattr(cls, "forward", None), seen),
+                      params, buffers, attrs))
+    return hashlib.blake2b(repr(parts).encode(), digest_size=16).hexdigest()
+
+
+def _export_fix(exc: Exception) -> str:
+    """What to do about a torch.export failure: the data-dependent hint only where it applies."""
+    if "data-dependent" in str(exc) or type(exc).__name__ == "GuardOnDataDependentSymNode":
+        return ("pypto_lab needs a graph with static shapes and no data-dependent Python control flow: replace "
+                "such branches with torch.where/torch.cond, or capture a sub-module that exports")
+    return ("pypto_lab captures what torch.export can: change what the error names (see the exception this one "
+            "comes from), or capture a sub-module that exports")
+
+
+@contextmanager
+def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """``model`` in eval mode inside the block; afterwards every submodule has its own training flag
+    back (a BatchNorm frozen in eval inside a model that trains stays frozen), not the model's."""
+    flags = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield model
+    finally:
+        for module, training in flags:
+            module.training = training
+
+
 def capture(model: torch.nn.Module, example_inputs, name: str | None = None) -> Graph:
     """Capture ``model`` called on ``example_inputs`` (a tensor or a tuple) with `torch.export`.
 
     The same model with inputs of the same shapes and dtypes is captured once; later calls return
-    a copy of the cached graph.
+    a copy of the cached graph. A model edited in place since (a swapped activation, a changed flag
+    such as ``negative_slope``, a new hook, a resized weight: anything `model_fingerprint` sees) is
+    captured again; new weight values need no new capture (the runtime reads the live model).
+    Threads may call it at once: captures run one at a time (torch.export is not thread-safe).
     """
     if not isinstance(model, torch.nn.Module):
         raise CaptureError(f"capture needs a torch.nn.Module, got {type(model).__name__}; wrap a function "
@@ -123,24 +243,29 @@ def capture(model: torch.nn.Module, example_inputs, name: str | None = None) -> 
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     example_inputs = tuple(example_inputs)
+    with _CAPTURE_LOCK:
+        return _capture_cached(model, example_inputs, name)
+
+
+def _capture_cached(model: torch.nn.Module, example_inputs: tuple, name: str | None) -> Graph:
+    """The cached graph of ``model`` on inputs like ``example_inputs``, captured if needed (hold
+    _CAPTURE_LOCK)."""
     sig = _signature(example_inputs)
-    per_model = _CACHE.setdefault(model, {})
+    fingerprint = model_fingerprint(model)
+    cached = _CACHE.get(model)
+    if cached is None or cached[0] != fingerprint:  # new, or edited in place: earlier graphs are stale
+        cached = _CACHE[model] = (fingerprint, {})
+    per_model = cached[1]
     if sig in per_model:
         return per_model[sig].copy()
-    was_training = model.training
-    model.eval()
     try:
-        with torch.no_grad():
+        with eval_mode(model), torch.no_grad():
             ep = torch.export.export(model, example_inputs)
     except Exception as exc:  # torch raises many kinds: say what failed and what to do
         raise CaptureError(
             f"torch.export could not capture {type(model).__name__}: {type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''}. pypto_lab needs a graph with static shapes "
-            "and no data-dependent Python control flow: replace such branches with torch.where/torch.cond, "
-            "or capture a sub-module that exports"
+            f"{str(exc).splitlines()[0] if str(exc) else ''}. {_export_fix(exc)}"
         ) from exc
-    finally:
-        model.train(was_training)
     graph = from_exported(ep, name or type(model).__name__)
     graph.exported_program = ep  # what `pypto_lab.runtime` interprets (copies carry it over)
     per_model[sig] = graph

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from . import config
 from .dtypes import dim_value
+from .errors import LoopError
 
 
 class LoopIndex(int):
@@ -20,15 +21,31 @@ class LoopIndex(int):
 _counter = [0]
 
 
-def _ints(args):
-    vals = [dim_value(a) if not isinstance(a, int) else a for a in args]
-    if len(vals) == 1:
-        return 0, vals[0], 1
-    if len(vals) == 2:
-        return vals[0], vals[1], 1
-    if len(vals) == 3:
-        return vals[0], vals[1], vals[2]
-    raise TypeError("loop takes (stop), (start, stop) or (start, stop, step)")
+def _bound(what: str, value, call: str) -> int:
+    """A loop bound as a Python int (a SymbolicDim resolved to the size it is bound to)."""
+    if isinstance(value, float) and not value.is_integer():
+        raise LoopError(f"{call}: the {what} {value!r} is not a whole number. Rule: loop bounds count iterations. "
+                        f"Fix: round it first (math.ceil({value!r}) or int({value!r}))")
+    v = value if isinstance(value, int) else dim_value(value)
+    if v is None:
+        raise LoopError(f"{call}: the {what} {value!r} is a dynamic dimension with no size yet. Rule: loops are "
+                        "unrolled while tracing, so their bounds must be known then. Fix: use the size of a tensor "
+                        "argument (x.shape[0]) or a dimension an argument's annotation binds")
+    return int(v)
+
+
+def _ints(args, call: str = "pypto.loop"):
+    if not 1 <= len(args) <= 3:
+        raise LoopError(f"{call}{tuple(args)}: {len(args)} bounds given. Rule: {call} takes (stop), (start, stop) or "
+                        f"(start, stop, step), like range(). Fix: e.g. {call}(0, n, 1)")
+    names = {1: ("stop",), 2: ("start", "stop"), 3: ("start", "stop", "step")}[len(args)]
+    vals = dict(zip(names, (_bound(n, a, call) for n, a in zip(names, args))))
+    start, stop, step = vals.get("start", 0), vals["stop"], vals.get("step", 1)
+    if step == 0:
+        raise LoopError(f"{call}({start}, {stop}, 0): a step of 0 never reaches the stop. Rule: the step is a "
+                        f"non-zero integer, as in range(). Fix: {call}({start}, {stop}, 1) to visit every index, or "
+                        f"{call}({start}, {stop}, tile) to visit one index per tile")
+    return start, stop, step
 
 
 def loop(*args, name: str | None = None, idx_name: str | None = None, submit_before_loop: bool = False,
@@ -55,7 +72,15 @@ def loop_unroll(*args, name: str | None = None, idx_name: str | None = None, unr
                 submit_before_loop: bool = False):
     """Yields ``(idx, unroll_factor)``: the largest factor of ``unroll_list`` (always with 1) that
     still fits the remaining iterations; the body then handles ``unroll_factor`` iterations."""
-    start, stop, step = _ints(args)
+    start, stop, step = _ints(args, "pypto.loop_unroll")
+    if step < 0:
+        raise LoopError(f"pypto.loop_unroll({start}, {stop}, {step}): the step is negative. Rule: loop_unroll counts "
+                        "up (step > 0). Fix: count up and index from the end (n - 1 - idx), or use pypto.loop, which "
+                        "takes a negative step")
+    bad = [f for f in (unroll_list or []) if isinstance(f, bool) or not isinstance(f, int) or f < 1]
+    if bad:
+        raise LoopError(f"pypto.loop_unroll: unroll_list {list(unroll_list)} holds {bad[0]!r}. Rule: unroll factors "
+                        "are positive integers (1 is always added). Fix: e.g. unroll_list=[4, 2]")
     factors = sorted(set(list(unroll_list or []) + [1]), reverse=True)
     _counter[0] += 1
     name = name or f"loop_{_counter[0]}"

@@ -1,7 +1,8 @@
 """The teaching errors of the PyPTO workbench: one class per usual mistake (the real framework's FAQ).
 
 Every message names the value, the rule it breaks and a fix. All derive from `PtoError`, a
-`ValueError`, so ``except ValueError`` still catches them.
+`ValueError`, so ``except ValueError`` still catches them. Mistakes that may be intended are
+warnings instead (`PtoWarning`, a `UserWarning`).
 """
 
 from __future__ import annotations
@@ -63,8 +64,27 @@ class TraceError(PtoError):
     """Something the tracer cannot record (a Tensor annotation used as a value, a bad index)."""
 
 
+class ScalarReadError(TraceError):
+    """A traced tensor used as a Python value (``float(x[0, 0])``, ``int(t)``, ``t.item()``,
+    ``if x[0, 0] > 0:``): while tracing it holds no data yet."""
+
+
+class LoopError(PtoError):
+    """Loop bounds ``pypto.loop`` / ``loop_unroll`` cannot iterate (a step of 0, a bound that is
+    not a whole number, an unbound dynamic dimension)."""
+
+
+class PtoWarning(UserWarning):
+    """Base class of pypto_lab.pto's warnings: likely mistakes that may also be intended."""
+
+
+class UnwrittenOutputWarning(PtoWarning):
+    """A kernel argument that the kernel never writes (nor reads), or an output it writes only in
+    part: what is not written keeps the values it had before the call."""
+
+
 __all__ = [
     "PtoError", "NoNPUError", "TileRankError", "TileAlignmentError", "TileCapacityError", "TileShapeError",
     "NoTileShapeError", "UnwrittenOutputError", "BroadcastError", "ShapeError", "DTypeError", "OptionError",
-    "TraceError",
+    "TraceError", "ScalarReadError", "LoopError", "PtoWarning", "UnwrittenOutputWarning",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -20,7 +21,7 @@ from ..hw.simulator import simulate
 from . import config
 from .blocks import BlockGraph, build_block_graph, n_core_ids
 from .dtypes import RunMode, SymbolicDim, bind_dims, from_torch
-from .errors import NoNPUError, OptionError, ShapeError, TraceError
+from .errors import NoNPUError, OptionError, ShapeError, TraceError, UnwrittenOutputWarning
 from .execute import run_graph
 from .graph import TensorGraph
 from .result import RunResult
@@ -230,6 +231,8 @@ class JitKernel:
                             ops.assemble(r, [0] * r.ndim, out)
                             graph.returns.append(out._id)
             trace.check_outputs()
+            for problem in trace.unwritten_arguments():  # once per compiled signature
+                warnings.warn(f"{self.func.__name__}: {problem}", UnwrittenOutputWarning, stacklevel=3)
             double_buffer = bool(st.pass_options.get("double_buffer", True))
         finally:
             st.vec_tile, st.cube_tile, st.cube_tile_raw, st.pass_options, st.trace = saved

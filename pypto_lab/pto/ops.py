@@ -16,6 +16,7 @@ from .errors import (
     BroadcastError,
     DTypeError,
     NoTileShapeError,
+    ScalarReadError,
     ShapeError,
     TileAlignmentError,
     TileRankError,
@@ -48,6 +49,11 @@ def _vec_check(op: str, ref_shape, dtypes) -> None:
     """The rules of the vector tile shape in force for an op iterating ``ref_shape``."""
     tile = config.STATE.vec_tile
     dt = dtypes[0]
+    if not len(ref_shape):
+        raise TileRankError(
+            f"{op} on a single element (a rank-0 tensor, e.g. x[0, 0]). Rule: the Vector unit computes whole tiles "
+            "of 1 to 4 dimensions, and an element has none. Fix: keep a one-element slice of the tensor's rank "
+            "(x[0:1, 0:1]), or combine the element with a whole tensor (x * x[0, 0] broadcasts)")
     if tile is None:
         raise NoTileShapeError(
             f"{op} on a tensor of shape {list(ref_shape)} is traced before any vector tile shape is set. Rule: every "
@@ -562,6 +568,15 @@ def softmax(input, dim=-1):
 # ---- comparisons, logical ops, selection -------------------------------------------------------
 
 def _compare(mode: str, input, other):
+    for t in (input, other):
+        if isinstance(t, Tensor) and t.is_bound and not t.shape:  # `if x[0, 0] > 0:`
+            raise ScalarReadError(
+                f"comparing {t._describe()}, a single element, with {mode}: the result would have to be a Python "
+                "bool to branch on, but a traced tensor holds no data yet (its values exist only when the compiled "
+                "kernel runs). Rule: a kernel's control flow depends on Python values (shapes, loop indices, "
+                "arguments), never on tensor data. Fix: compute both branches and choose per element with "
+                "pypto.where(x[0:1, 0:1] > 0, a, b), or read the value in torch before the call and pass the "
+                "decision as a Python argument")
     if isinstance(other, _SCALAR) and isinstance(input, Tensor):
         x = _tensor(input, mode)
         tr = current_trace(f"pypto.{mode}")

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import config
 from .dtypes import DYNAMIC, DataType, SymbolicDim, as_dtype, dim_value
-from .errors import DTypeError, ShapeError, TraceError, UnwrittenOutputError
+from .errors import DTypeError, ScalarReadError, ShapeError, TraceError, UnwrittenOutputError
 from .graph import TensorGraph
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -87,6 +87,33 @@ class Trace:
                     f"offsets {list(offsets)} shape {list(shape)} before that region is written. Rule: an output "
                     "holds no data until the kernel writes it. Fix: compute from the inputs (or an intermediate "
                     "tensor) instead; to update a tensor in place, pass the old values as a separate input")
+
+    def unwritten_arguments(self) -> list[str]:
+        """Why each kernel argument that is left (partly) unwritten is suspicious: an argument the
+        kernel neither reads nor writes, or an output it writes only in part."""
+        used = {i for n in self.graph.nodes for i in n.inputs}
+        problems = []
+        for pid, name in zip(self.graph.params, self.graph.param_names):
+            shape = list(self.graph.nodes[pid].shape)
+            writes = [e for e in self.events if e[0] == "w" and e[1] == pid]
+            if not writes:
+                if pid not in used:
+                    problems.append(
+                        f"argument {name!r} (shape {shape}) is neither read nor written by the kernel: if it is an "
+                        "output, it keeps the values it had before the call (whatever torch.empty left there). "
+                        f"Fix: write it ({name}[:] = ...), or drop the argument")
+                continue
+            mask = np.zeros(shape, bool)
+            for _, _, offsets, wshape, _, _ in writes:
+                mask[tuple(slice(o, o + s) for o, s in zip(offsets, wshape))] = True
+            if not mask.all():
+                first = [int(i) for i in np.argwhere(~mask)[0]]
+                problems.append(
+                    f"output {name!r} (shape {shape}) is written only in part: {int((~mask).sum())} of {mask.size} "
+                    f"elements, the first at index {first}, are never written and keep the values they had before "
+                    "the call. Fix: write every region (check the loop bounds and slices against the shape), or "
+                    "pass only the part the kernel computes (a slice of the torch tensor)")
+        return problems
 
     def _first_write(self, root: int) -> str:
         for e in self.events:
@@ -193,9 +220,61 @@ class Tensor:
         n = self._node()
         return f"<pypto.Tensor %{n.id} {n.op} {list(n.shape)} {n.dtype}>"
 
+    # ---- a traced tensor is not a Python value ----
+    def _describe(self) -> str:
+        """What this tensor is, in the user's terms: ``x``, ``x[0, 0]``, ``x[0:32, 0:64]`` or the
+        result of an operation."""
+        n = self._node()
+        graph = self._trace.graph
+        root_id = n.attrs.get("root")
+        if n.op in ("param", "alloc"):
+            return n.attrs.get("name") or f"tensor %{n.id}"
+        if n.op == "reshape" and n.inputs and graph.nodes[n.inputs[0]].op == "view" and not n.shape:
+            view = graph.nodes[n.inputs[0]]  # x[i, j]: a one-element view reshaped to rank 0
+            root = graph.nodes[view.attrs["root"]] if "root" in view.attrs else None
+            if root is not None:
+                return f"{root.attrs.get('name') or 'tensor'}[{', '.join(map(str, view.attrs['root_offsets']))}]"
+        if n.op == "view" and root_id is not None:
+            root = graph.nodes[root_id]
+            ranges = ", ".join(f"{o}:{o + s}" for o, s in zip(n.attrs["root_offsets"], n.shape))
+            return f"{root.attrs.get('name') or 'tensor'}[{ranges}]"
+        return f"the result of {n.op} (shape {list(n.shape)}, {n.dtype!r}{', at ' + n.where if n.where else ''})"
+
+    def _not_a_value(self, what: str) -> TraceError:
+        if self._trace is None:
+            return TraceError(f"{what} of a pypto.Tensor annotation: an annotation has no data. Use the kernel's "
+                              "arguments (or pypto.tensor(...) inside the kernel) instead")
+        name = self._describe()
+        element = name.endswith("]") and ":" not in name
+        keep = f"keep it a tensor (x * {name} broadcasts)" if element else "keep it a tensor and compute with it"
+        return ScalarReadError(
+            f"{what} of {name}: a traced kernel cannot read a tensor's values as a Python value. Rule: while "
+            "@pypto.jit traces the function, a pypto.Tensor is a node of the Tensor Graph, not data; its values "
+            "exist only when the compiled kernel runs, after tracing, so Python (float, int, bool, if, .item()) "
+            f"cannot see them. Fix: {keep}; choose per element with "
+            "pypto.where(cond, a, b) (e.g. pypto.where(x[0:1, 0:1] > 0, a, b)); or read the value in torch before "
+            "the call and pass it as a Python argument (kernel(x, out, scale=float(x_torch[0, 0])))")
+
     def __bool__(self):
-        raise TraceError("a pypto.Tensor has no truth value while the kernel is traced (its data exists only "
-                         "on the device); branch on loop indices or Python values instead")
+        raise self._not_a_value("the truth value (if / while / and / or / bool())")
+
+    def __float__(self):
+        raise self._not_a_value("float()")
+
+    def __int__(self):
+        raise self._not_a_value("int()")
+
+    def __index__(self):
+        raise self._not_a_value("operator.index() (an index, a range() bound or a size)")
+
+    def __complex__(self):
+        raise self._not_a_value("complex()")
+
+    def item(self):
+        raise self._not_a_value(".item()")
+
+    def tolist(self):
+        raise self._not_a_value(".tolist()")
 
     def __len__(self):
         return self.shape[0]

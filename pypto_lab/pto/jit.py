@@ -18,7 +18,7 @@ import torch
 from ..fileio import write_json_atomic
 from ..hw.chip import PIPES, Chip, get_chip
 from ..hw.simulator import simulate
-from . import config
+from . import config, ops
 from .blocks import BlockGraph, build_block_graph, n_core_ids
 from .dtypes import RunMode, SymbolicDim, bind_dims, from_torch
 from .errors import NoNPUError, OptionError, ShapeError, TraceError, UnwrittenOutputWarning
@@ -201,7 +201,6 @@ class JitKernel:
         return rets[0] if len(rets) == 1 else tuple(rets)
 
     def _compile(self, chip: Chip, bound, tensors, bindings) -> CompiledKernel:
-        from . import ops
         t0 = time.perf_counter()
         st = config.STATE
         saved = (st.vec_tile, st.cube_tile, st.cube_tile_raw, dict(st.pass_options), st.trace)

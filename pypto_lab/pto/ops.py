@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import builtins
 import math
+import sys
 
 from . import config
-from .dtypes import DT_BOOL, DT_FP32, DT_INT32, STORAGE_ONLY, DataType, SymbolicDim, as_dtype, dim_value
+from .dtypes import DT_BOOL, DT_FP32, DT_INT32, STORAGE_ONLY, SymbolicDim, as_dtype, dim_value
 from .errors import (
     BroadcastError,
     DTypeError,
@@ -22,27 +23,10 @@ from .errors import (
     TileRankError,
     TraceError,
 )
-from .tensor import Tensor, check_dtype_same, current_trace
+from .tensor import Tensor, bind_operators, check_dtype_same, current_trace
+from .tiling import check_cube_tile, suggest_vec_tile
 
 _SCALAR = (int, float)
-
-
-def suggest_vec_tile(shape, dtype: DataType) -> tuple[int, ...]:
-    """A legal vector tile for ``shape``: the whole innermost dimension (32-B aligned) and as many
-    rows as make about 16 KB."""
-    shape = list(shape)
-    align = builtins.max(1, 32 // dtype.bytes)
-    last = -(-shape[-1] // align) * align
-    rows_budget = builtins.max(1, 16384 // (last * dtype.bytes))
-    tile = [1] * len(shape)
-    tile[-1] = last
-    for d in range(len(shape) - 2, -1, -1):
-        take = builtins.min(shape[d], rows_budget)
-        tile[d] = take
-        rows_budget = builtins.max(1, rows_budget // builtins.max(1, take))
-        if rows_budget == 1:
-            break
-    return tuple(tile)
 
 
 def _vec_check(op: str, ref_shape, dtypes) -> None:
@@ -431,7 +415,6 @@ def matmul(input, mat2, out_dtype=None, *, a_trans=False, b_trans=False, c_matri
             f"matmul {list(a.shape)} @ {list(b.shape)} is traced before any cube tile shape is set. Rule: the Cube "
             "works on tiles set by pypto.set_cube_tile_shapes([m_l0, m_l1], [k_l0, k_l1], [n_l0, n_l1]). Fix: call "
             "e.g. pypto.set_cube_tile_shapes([64, 64], [64, 256], [64, 64]) before it")
-    from .tiling import check_cube_tile
     check_cube_tile(tr.chip, tile, a.dtype, m, ka, n, f"matmul {list(a.shape)} @ {list(b.shape)}")
     inputs = [a._id, b._id]
     if bias is not None:
@@ -773,3 +756,6 @@ def max(*args):
                          "(element-wise) or pypto.amax(x, dim) (a reduction)")
     vals = [_as_int(a) for a in (args[0] if len(args) == 1 else args)]
     return builtins.max(vals)
+
+
+bind_operators(sys.modules[__name__])  # Tensor's operators (x + y, x[...], ...) call this library

@@ -122,9 +122,20 @@ class Trace:
         return "?"
 
 
+_OPERATORS = None  # the op library (pypto_lab.pto.ops) binds itself here when it loads
+
+
+def bind_operators(library) -> None:
+    """Called by `pypto_lab.pto.ops` on import: Tensor's operators (x + y, x[...] = v, x.exp(), ...)
+    call that library's functions. The dependency points one way: the library knows the Tensor."""
+    global _OPERATORS
+    _OPERATORS = library
+
+
 def _ops():
-    from . import ops
-    return ops
+    if _OPERATORS is None:
+        raise TraceError("the pto op library is not loaded: import pypto_lab.pto (as pypto) before tracing")
+    return _OPERATORS
 
 
 def current_trace(what: str = "this operation") -> Trace:
@@ -324,7 +335,7 @@ class Tensor:
         return offsets, sizes, drop, explicit
 
     def __getitem__(self, key):
-        from . import ops
+        ops = _ops()
         offsets, sizes, drop, _ = self._parse_key(key)
         v = ops.view(self, sizes, offsets)
         if drop:
@@ -332,7 +343,7 @@ class Tensor:
         return v
 
     def __setitem__(self, key, value):
-        from . import ops
+        ops = _ops()
         if not isinstance(value, Tensor):
             raise TraceError(f"slice assignment of {type(value).__name__} {value!r}: assign a pypto.Tensor "
                              "(e.g. out[:] = x + y)")
@@ -354,7 +365,7 @@ class Tensor:
 
     def move(self, src: Tensor) -> None:
         """``out.move(x)``: write all of ``x`` into ``out`` (same shape)."""
-        from . import ops
+        ops = _ops()
         if list(src.shape) != list(self.shape):
             raise ShapeError(f"move: source shape {list(src.shape)} differs from destination shape {self.shape}; "
                              "shapes must be equal (slice the destination: out[a:b, ...] = x)")

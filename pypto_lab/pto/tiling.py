@@ -14,6 +14,7 @@ run tile by tile, and the legality of their tile shapes on the chip.
 
 from __future__ import annotations
 
+import builtins
 import math
 from dataclasses import dataclass, field
 
@@ -22,11 +23,28 @@ from ..hw.tiling import CubeTile, TilingError, cube_fractal, cube_tile_bytes, de
 from .dtypes import DataType
 from .errors import DTypeError, TileAlignmentError, TileCapacityError, TileShapeError
 from .graph import ELEMENTWISE, REDUCTIONS, TensorGraph
-from .ops import suggest_vec_tile
 
 
 def _a32(n: float) -> int:
     return int(-(-n // 32) * 32)
+
+
+def suggest_vec_tile(shape, dtype: DataType) -> tuple[int, ...]:
+    """A legal vector tile for ``shape``: the whole innermost dimension (32-B aligned) and as many
+    rows as make about 16 KB."""
+    shape = list(shape)
+    align = builtins.max(1, 32 // dtype.bytes)
+    last = -(-shape[-1] // align) * align
+    rows_budget = builtins.max(1, 16384 // (last * dtype.bytes))
+    tile = [1] * len(shape)
+    tile[-1] = last
+    for d in range(len(shape) - 2, -1, -1):
+        take = builtins.min(shape[d], rows_budget)
+        tile[d] = take
+        rows_budget = builtins.max(1, rows_budget // builtins.max(1, take))
+        if rows_budget == 1:
+            break
+    return tuple(tile)
 
 
 def check_cube_tile(chip: Chip, tile: CubeTile, dtype: DataType, m: int, k: int, n: int, what: str):

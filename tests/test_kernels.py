@@ -246,3 +246,22 @@ def test_vector_tile_rules():
         simulate_vector("add", 1 << 22, tile=VecTile(64, 4096))
     with pytest.raises(TilingError, match=r"shorter than the row"):
         simulate_vector("softmax", 8192, row_len=2048, tile=VecTile(1, 1024))
+
+
+@pytest.mark.parametrize("chip", ["Ascend910A", "Ascend910B1"])
+def test_a_requantising_epilogue_writes_an_int8_copy_beside_a_wider_result(chip):
+    """CANN's double-output quant fusion: quant on a result that stays fp16 writes an int8 copy too
+    (one more byte per element, FixPipe's second pass or a second store); an int8 result alone
+    writes one byte per element instead of two."""
+    from pypto_lab.hw.capabilities import place_epilogue
+
+    c = pypto_lab.get_chip(chip)
+    deq = place_epilogue(c, dequant=True, activation="relu")
+    req = place_epilogue(c, dequant=True, activation="relu", quant=True)
+    m = k = n = 512
+    plain = simulate_matmul(m, k, n, dtype="int8", out_dtype="fp16", chip=c, epilogue=deq)
+    dual = simulate_matmul(m, k, n, dtype="int8", out_dtype="fp16", chip=c, epilogue=req)
+    alone = simulate_matmul(m, k, n, dtype="int8", out_dtype="int8", chip=c, epilogue=req)
+    assert dual.gm_bytes == plain.gm_bytes + m * n and alone.gm_bytes == plain.gm_bytes - m * n
+    assert dual.cycles >= plain.cycles and any("int8 copy" in kind for kind in dual.instructions.kinds)
+    assert not any("int8 copy" in kind for kind in alone.instructions.kinds)

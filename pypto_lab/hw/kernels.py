@@ -37,6 +37,7 @@ from .programs import (
     gm_rates,
     group_by_program,
     move,
+    requant_copy_bytes,
     split_blocks,
 )
 from .simulator import PingPong, Program, Timeline, simulate_placed
@@ -116,7 +117,8 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
 
     ``epilogue`` is what happens to C between L0C and GM: an `Epilogue` (stages and the unit of
     each, `pypto_lab.hw.capabilities.place_epilogue`) or one of the names in `EPILOGUES`, placed
-    for the chip. A residual epilogue reads one more tensor of C's shape from GM."""
+    for the chip. A residual epilogue reads one more tensor of C's shape from GM; a quant stage on a
+    result that is not int8 itself writes an int8 copy beside it (double-output quant fusion)."""
     chip = get_chip(chip)
     for label, v in (("m", m), ("k", k), ("n", n), ("batch", batch)):
         if not isinstance(v, (int, np.integer)) or v <= 0:
@@ -164,6 +166,10 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
     if epilogue.residual:
         rd += out
         first += out
+    copy_b = requant_copy_bytes(epilogue, out_dtype)
+    if copy_b:  # the int8 copy written beside the result (double-output quant fusion)
+        wr += rf * cf * copy_b
+        first += rf * cf * copy_b
     reads, writes, unique = float(rd.sum()), float(wr.sum()), float(first.sum())
     gm_bytes = reads + writes
     # what the cores reuse at one time: the A row panels and B column panels of two waves of blocks

@@ -293,17 +293,17 @@ def _mmad_loop(buf, cnt, core, m, k, n, kc, a_ready0, a_ready1, b_ready, l0a, l0
 
 # geometry (int64): what a cube core program depends on besides its blocks
 _K, _M_L0, _N_L0, _K_L0, _K_L1, _SLOTS_L1, _SLOTS_L0A, _SLOTS_L0B, _SLOTS_L0C, _SPLIT, _ON_AIV, _RESIDUAL, \
-    _BIAS_LOAD, _BIAS_BT, _BIAS_VECTOR, _CHAIN, _REPEAT_BYTES, _MAX_REPEATS = range(18)
+    _BIAS_LOAD, _BIAS_BT, _BIAS_VECTOR, _CHAIN, _REPEAT_BYTES, _MAX_REPEATS, _COPY = range(19)
 # numbers (float64)
-_EB, _OB, _ACC_B, _CUBE_START, _RATE_RD, _RATE_WR, _HBM_SHARE, _BIAS_BYTES, _DRAIN_EB, _AIV_EB = range(10)
+_EB, _OB, _ACC_B, _CUBE_START, _RATE_RD, _RATE_WR, _HBM_SHARE, _BIAS_BYTES, _DRAIN_EB, _AIV_EB, _COPY_B = range(11)
 # data paths (rows of `paths`)
 _GM_L1, _L1_L0A, _L1_L0B, _L0C_GM, _GM_UB, _UB_GM, _L0C_UB, _L1_BT = range(8)
 PATH_NAMES = ("GM_TO_L1", "L1_TO_L0A", "L1_TO_L0B", "L0C_TO_GM", "GM_TO_UB", "UB_TO_GM", "L0C_TO_UB", "L1_TO_BT")
 # kinds (indices into the program's names)
 KIND_ROLES = ("load A GM->L1", "load B GM->L1", "HBM write-back", "load A L1->L0A", "load B L1->L0B", "mmad",
               "fixpipe", "load C GM->UB", "load residual GM->UB", "store C UB->GM", "L0C->UB", "load bias GM->L1",
-              "load bias L1->BT")
-_KA_GM, _KB_GM, _KWB, _KA_L0, _KB_L0, _KMM, _KFIX, _KC_UB, _KRES, _KST, _KDRAIN, _KBIAS, _KBT = range(13)
+              "load bias L1->BT", "fixpipe L0C->GM int8 copy", "store int8 copy UB->GM")
+_KA_GM, _KB_GM, _KWB, _KA_L0, _KB_L0, _KMM, _KFIX, _KC_UB, _KRES, _KST, _KDRAIN, _KBIAS, _KBT, _KFIX2, _KST2 = range(15)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -331,7 +331,7 @@ def _cube_core(buf, cnt, cores, bm_arr, bn_arr, geo, num, frac, paths, kinds, op
         s = (-(-bm_arr[b] // m_l0)) * (-(-bn_arr[b] // n_l0))
         if s > max_subs:
             max_subs = s
-    pending = np.empty(max_subs + 1, np.float64)  # write-backs of finished tiles, issued after the next loads
+    pending = np.empty(2 * max_subs + 2, np.float64)  # write-backs of finished tiles, issued after the next loads
     n_pending = 0
     aiv_turn = 0
     for b in range(bm_arr.shape[0]):
@@ -374,10 +374,16 @@ def _cube_core(buf, cnt, cores, bm_arr, bn_arr, geo, num, frac, paths, kinds, op
                     l1[1 + slot] = mv_b
                 # epilogue: drain the L0C accumulator
                 out_bytes = sm * sn * ob
+                copy_bytes = sm * sn * num[_COPY_B]  # a second, requantised (int8) copy of C, if any
                 if split:
                     fix = _move(buf, cnt, c0, paths[_L0C_GM], out_bytes, kinds[_KFIX], rate_wr, last_mmad, -1, -1)
                     pending[n_pending] = out_bytes
                     n_pending += 1
+                    if geo[_COPY] != 0 and geo[_ON_AIV] == 0:  # FixPipe's second pass writes the int8 copy
+                        fix = _move(buf, cnt, c0, paths[_L0C_GM], copy_bytes, kinds[_KFIX2], rate_wr, last_mmad,
+                                    -1, -1)
+                        pending[n_pending] = copy_bytes
+                        n_pending += 1
                     l0c[1 + c_slot] = fix
                     if geo[_ON_AIV] != 0:  # a paired vector core reads C back, applies the stages, writes it
                         aiv = cores[1 + aiv_turn]
@@ -390,6 +396,9 @@ def _cube_core(buf, cnt, cores, bm_arr, bn_arr, geo, num, frac, paths, kinds, op
                                         geo[_MAX_REPEATS], geo[_CHAIN] != 0, ld, -1, -1)
                         st = _move(buf, cnt, aiv, paths[_UB_GM], out_bytes, kinds[_KST], rate_wr, v, -1, -1)
                         _put(buf, cnt, aiv, _MTE2, kinds[_KWB], out_bytes / hbm_share, 0.0, -1, -1, -1, -1)
+                        if geo[_COPY] != 0:
+                            st = _move(buf, cnt, aiv, paths[_UB_GM], copy_bytes, kinds[_KST2], rate_wr, v, -1, -1)
+                            _put(buf, cnt, aiv, _MTE2, kinds[_KWB], copy_bytes / hbm_share, 0.0, -1, -1, -1, -1)
                         ub[1 + u_slot] = st
                 else:
                     u_slot, u_free = _acquire(ub)
@@ -407,6 +416,10 @@ def _cube_core(buf, cnt, cores, bm_arr, bn_arr, geo, num, frac, paths, kinds, op
                     st = _move(buf, cnt, c0, paths[_UB_GM], out_bytes, kinds[_KST], rate_wr, v, -1, -1)
                     pending[n_pending] = out_bytes
                     n_pending += 1
+                    if geo[_COPY] != 0:
+                        st = _move(buf, cnt, c0, paths[_UB_GM], copy_bytes, kinds[_KST2], rate_wr, v, -1, -1)
+                        pending[n_pending] = copy_bytes
+                        n_pending += 1
                     ub[1 + u_slot] = st
     for p in range(n_pending):
         _put(buf, cnt, c0, _MTE2, kinds[_KWB], pending[p] / hbm_share, 0.0, -1, -1, -1, -1)
@@ -503,6 +516,9 @@ class CubeProgram:
       Vector unit, MTE3 UB -> GM.
 
     Written bytes are written back to HBM on MTE2 after the next panel loads (`flush_writebacks`).
+    ``copy_bytes`` > 0: the epilogue also writes a requantised copy of C (``copy_bytes`` per element:
+    CANN's double-output quant fusion, for readers that want int8 beside those that want fp16):
+    FixPipe's second pass, or a second store of the vector core that applied the stages.
     ``bias_bytes`` > 0 (the pto compiler's ``bias_tensor``) loads ``bn * bias_bytes`` per block
     GM -> L1 (and L1 -> BT where the chip has a BiasTable) for the first MMAD of every tile;
     ``bias_on_vector``: the first vector op also waits for it; ``chain``: each vector op waits
@@ -524,6 +540,7 @@ class CubeProgram:
     bias_bytes: float = 0.0
     bias_on_vector: bool = False
     chain: bool = False
+    copy_bytes: float = 0.0
 
     def __post_init__(self):
         chip, tile = self.chip, self.tile
@@ -535,9 +552,10 @@ class CubeProgram:
         self.geo = np.array([0, tile.m_l0, tile.n_l0, tile.k_l0, tile.k_l1, self.slots["L1"], self.slots["L0A"],
                              self.slots["L0B"], self.slots["L0C"], split, self.vector_on_aiv and split,
                              self.residual, self.bias_bytes > 0, "L1_TO_BT" in chip.paths, self.bias_on_vector,
-                             self.chain, chip.vector.repeat_bytes, chip.vector.max_repeats], np.int64)
+                             self.chain, chip.vector.repeat_bytes, chip.vector.max_repeats, self.copy_bytes > 0],
+                            np.int64)
         self.num = np.array([eb, ob, acc_b, chip.cube.startup_cycles, self.rate_rd, self.rate_wr, self.hbm_share,
-                             self.bias_bytes, DTYPE_BYTES["fp32"], ob], np.float64)
+                             self.bias_bytes, DTYPE_BYTES["fp32"], ob, self.copy_bytes], np.float64)
         self.frac = np.array(cube_fractal(chip, self.dtype), np.int64)
         self.paths = _path_rows(chip, PATH_NAMES)
         self.kinds = np.arange(len(KIND_ROLES), dtype=np.int64)
@@ -547,7 +565,8 @@ class CubeProgram:
     def for_matmul(cls, chip: Chip, plan, dtype: str, out_dtype: str, rate_rd: float, rate_wr: float,
                    hbm_share: float, epilogue: Epilogue = NO_EPILOGUE) -> CubeProgram:
         """`simulate_matmul`'s program: ``epilogue``'s Vector stages on the paired vector cores
-        (910B) or after the drain to UB (910A/310P, plus the cast down when no stage casts)."""
+        (910B) or after the drain to UB (910A/310P, plus the cast down when no stage casts); a
+        quant stage with a result that is not int8 itself writes an int8 copy beside it."""
         ops = list(epilogue.vector_instructions())
         if chip.split_cores:
             key = out_dtype
@@ -561,7 +580,8 @@ class CubeProgram:
                              if s in epilogue.fixpipe)
         return cls(chip, plan.tile, dict(plan.slots), dtype, out_dtype, rate_rd, rate_wr, hbm_share, timed,
                    vector_on_aiv=epilogue.on_vector, residual=epilogue.residual,
-                   fix_kind="fixpipe L0C->GM" + (f" +{fix_label}" if fix_label else ""))
+                   fix_kind="fixpipe L0C->GM" + (f" +{fix_label}" if fix_label else ""),
+                   copy_bytes=requant_copy_bytes(epilogue, out_dtype))
 
     def _blocks(self, blocks) -> tuple[np.ndarray, np.ndarray]:
         arr = np.asarray(blocks, np.int64).reshape(-1, 2)
@@ -640,6 +660,12 @@ class CubeProgram:
         waits for ``barrier`` (an instruction of ``prog``) when given."""
         cores = np.array([core, *vector_cores], np.int64)
         prog.extend(self._build(blocks, k, cores, len(prog), -1 if barrier is None else int(barrier)))
+
+
+def requant_copy_bytes(epilogue: Epilogue, out_dtype: str) -> float:
+    """Bytes per element of the int8 copy a Cube kernel writes beside its result: 1 when its
+    epilogue requantises (quant) but the result itself is not int8, else 0."""
+    return float(DTYPE_BYTES["int8"]) if epilogue.quant and out_dtype != "int8" else 0.0
 
 
 def _builder(program: CubeProgram, blocks: np.ndarray, k: int, size: tuple[int, int]):
@@ -758,5 +784,6 @@ def group_by_program(assign: list) -> dict:
 
 
 __all__ = ["CubeProgram", "MAX_SIMULATED_INSTRUCTIONS", "check_instruction_budget", "cube_placements", "dtypes_key",
+           "requant_copy_bytes",
            "emit_repeats", "emit_vector_ops", "flush_writebacks", "gm_rates", "group_by_program", "mmad_loop", "move",
            "place_on_cube_cores", "split_blocks"]

@@ -5,12 +5,13 @@ int32 accumulation and dequantises its result to fp16 on the way out (a FixPipe 
 VCONV in the Vector epilogue on 910A / 310P: `pypto_lab.hw.capabilities` places it). Weights are
 quantised ahead of time. Activations must arrive as int8:
 
-* a Cube kernel whose output is read only by Cube kernels requantises it in its own epilogue
-  (FixPipe's quant stage, or one more VCONV on the Vector unit) and writes int8 to GM, so its
-  readers read int8 and pay nothing;
-* any other input (a graph input, a Vector kernel's output, a Cube kernel's output that other
-  kernels read in fp16 too) costs a quantise pass over it before the Cube kernel that reads it
-  (``CubeKernel.quantize_input``).
+* a Cube kernel whose output another Cube kernel reads requantises it in its own epilogue
+  (FixPipe's quant stage, or one more VCONV on the Vector unit), so its Cube readers read int8
+  and pay nothing. Read only by Cube kernels, it writes int8 alone; read by other kernels too (a
+  residual add, a pooling) it writes its fp16 result and an int8 copy beside it (CANN's
+  double-output quant fusion, e.g. conv + dequant + add + ReLU + quant);
+* any other input (a graph input, a Vector kernel's output) costs a quantise pass over it
+  before the Cube kernel that reads it (``CubeKernel.quantize_input``).
 
 Attention's score and probability matmuls stay fp16. Numerics live in `pypto_lab.hw.numerics`.
 """
@@ -60,11 +61,13 @@ class QuantizeInt8(Pass):
         for n in graph.nodes:
             if n.anchor in cube and (n.name in outputs or any(u.anchor != n.anchor for u in users.get(n.name, []))):
                 leaves[n.anchor] = n.name
-        requant = set()
+        requant, int8_only = set(), set()
         for anchor, out in leaves.items():
             readers = _readers(out, users)
-            if readers and out not in outputs and all(r.name in cube for r in readers):
+            if any(r.name in cube for r in readers):
                 requant.add(anchor)
+                if out not in outputs and all(r.name in cube for r in readers):
+                    int8_only.add(anchor)
         quantised = 0
         for node in graph.nodes:
             if node.name not in cube:
@@ -73,7 +76,8 @@ class QuantizeInt8(Pass):
             if spec.dtype != "int8":
                 spec = with_epilogue(replace(spec, dtype="int8", out_dtype="fp16"), caps, dequant=True)
             if node.name in requant:
-                spec = with_epilogue(replace(spec, out_dtype="int8"), caps, quant=True)
+                spec = with_epilogue(replace(spec, out_dtype="int8" if node.name in int8_only else spec.out_dtype),
+                                     caps, quant=True)
             src = producers.get(_through_views(node.inputs[0], producers)) if node.inputs else None
             fed_int8 = src is not None and src.anchor in requant
             if spec.quantize_input is None and not fed_int8 and node.inputs:
@@ -84,5 +88,5 @@ class QuantizeInt8(Pass):
             node.kernel = spec
         return PassResult(graph, modified=bool(cube), summary=(
             f"{len(cube)} Cube kernels in int8 (int32 accumulation, dequantised to fp16); {len(requant)} requantise "
-            f"their output in their epilogue for the Cube kernels that read it, {quantised} quantise an fp16 "
-            "input first"))
+            f"their output in their epilogue for the Cube kernels that read it ({len(requant) - len(int8_only)} "
+            f"beside an fp16 copy for their other readers), {quantised} quantise an fp16 input first"))

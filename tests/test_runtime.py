@@ -247,5 +247,5 @@ def test_bert_base_outputs_match_the_model_within_stated_bounds(precision, rel_b
     out = om(other).last_hidden_state
     err = float((out - ref).abs().max() / ref.abs().max())
     cmp = pypto_lab.compare_tensors(out, ref, verbose=False)
-    # measured (Ascend910B1, level 3, seq 16): fp32 7e-7, fp16 2e-3, int8 3e-2 relative to max |ref|
+    # measured (Ascend910B1, level 3, seq 16): fp32 7e-7, fp16 1.4e-3, int8 3e-2 relative to max |ref|
     assert err <= rel_bound and cmp.cosine_similarity >= cosine_floor

@@ -407,7 +407,9 @@ How to read the disagreements:
   times are far below the article's 8.3 ms: the simulator charges only the chip's work, not the
   framework, the host or the PCIe copy of the input.
 * **Memory access (−40 %).** Close; the simulator counts bytes per kernel from its tile programs,
-  so the figure depends on how much each epilogue re-reads.
+  so the figure depends on what each epilogue still reads: the residual operand of a fused add
+  comes from GM, and on the 910B the residual add and the ReLU after it run on a vector core that
+  reads the tile back from GM (FixPipe has no element-wise operand there).
 * **Memory reuse (−35 %).** The answer depends entirely on the baseline (see section 5).
 * **fp16 (1.5–2×).** In range on the 910B1; on the 910A fp32 matmuls are not available at all.
 * **Compute density 3×.** The Cube is busier per unit of model time once fusion takes the

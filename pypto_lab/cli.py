@@ -11,10 +11,14 @@ import os
 import sys
 from pathlib import Path
 
+from .capture.zoo import load_model
 from .fileio import write_json_atomic
+from .hw.calibration import calibrate, format_calibration
 from .hw.chip import PRESET_DIR, ChipConfigError, get_chip, list_chips
 from .hw.kernels import VECTOR_OPS, simulate_matmul, simulate_vector
 from .hw.tiling import TilingError
+from .optimize import LEVELS, optimize
+from .viz.tour_report import write_tour_report
 
 SWEEP = [(256, 256, 256), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
          (8192, 8192, 8192), (128, 4096, 128), (4096, 64, 4096), (16384, 1024, 1024)]
@@ -122,7 +126,6 @@ def cmd_tour(args) -> int:
         print(matmul_sweep(chip))
     if args.no_html:
         return 0
-    from .viz.tour_report import write_tour_report
 
     print("\nthe ResNet-50 and BERT-base walkthroughs, levels 0-3 (pass by pass and figures in the HTML report):")
     tour = write_tour_report(args.html, chips=args.chips or None, progress=lambda text: print(text, flush=True))
@@ -166,7 +169,6 @@ def _print_report(r, json_path) -> None:
 
 
 def cmd_calibrate(args) -> int:
-    from .hw.calibration import calibrate, format_calibration
 
     chip = get_chip(_chip(args.chip))
     _writable("--json", args.json)
@@ -182,7 +184,6 @@ def cmd_calibrate(args) -> int:
 
 def _load_model(args):
     """The model and inputs of ``report`` / ``compare``, their options checked first."""
-    from .capture.zoo import load_model
 
     _chip(args.chip)
     _positive("--batch", args.batch, 8)
@@ -193,7 +194,6 @@ def _load_model(args):
 
 
 def cmd_report(args) -> int:
-    from .optimize import optimize
 
     if args.top < 0:
         raise CliError(f"--top {args.top}: must be 0 or more (the number of kernels to list); e.g. --top 15")
@@ -208,7 +208,6 @@ def cmd_report(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from .optimize import LEVELS, optimize
 
     model, inputs = _load_model(args)
     reports = [optimize(model, inputs, chip=args.chip, level=lv, precision=args.precision).report()

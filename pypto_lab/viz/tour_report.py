@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -334,5 +333,4 @@ def write_tour_report(path: str | Path = "out/tour.html",
     tour.figures = build_figures(results)
     tour.seconds = time.perf_counter() - start
     path = write_text_atomic(path, render_html(tour))
-    os.chmod(path, 0o644)  # a report to share: mkstemp created it 0600
     return tour

@@ -101,8 +101,10 @@ def build_report(model_name: str, chip: Chip, level: int, precision: str, cube_p
     pipeline = LEVELS[level]
     launch = float(options.kernel_launch_us)
     steps = []
-    for snap in snapshots:
-        if snap.name == "map_ops" or snap.modified:
+    kernels: list = []
+    latency = 0.0
+    for i, snap in enumerate(snapshots):
+        if i == 0 or snap.modified:  # an unmodified graph costs what the one before it did
             kernels = cost_kernels(snap.graph, chip)
             latency = schedule_kernels(snap.graph, kernels, False, launch).latency_us
         steps.append(PassStep(snap.name, latency, len(kernels), snap.summary, snap.notes,

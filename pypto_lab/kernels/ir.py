@@ -19,7 +19,7 @@ passes with `dataclasses.replace`; nothing downstream re-derives a decision from
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..hw.capabilities import NO_EPILOGUE, Epilogue
@@ -203,7 +203,7 @@ class CustomKernel(KernelSpec):
     args: tuple[Any, ...]
     out: tuple[TensorMeta, ...]
     dtype: str                       # the dtype GM holds its tensors in
-    cost_fn: Callable | None = field(default=None, compare=True)
+    cost_fn: Callable | None = None
     flops: float | None = None
     nbytes: float | None = None
 

@@ -44,10 +44,12 @@ from .dtypes import (
 from .errors import (
                      BroadcastError,
                      DTypeError,
+                     LoopError,
                      NoNPUError,
                      NoTileShapeError,
                      OptionError,
                      PtoError,
+                     ScalarReadError,
                      ShapeError,
                      TileAlignmentError,
                      TileCapacityError,
@@ -55,6 +57,7 @@ from .errors import (
                      TileShapeError,
                      TraceError,
                      UnwrittenOutputError,
+                     UnwrittenOutputWarning,
 )
 from .jit import CompiledKernel, JitKernel, jit
 from .ops import (
@@ -127,5 +130,6 @@ __all__ = [
     "min", "max", "concat", "expand_clone",
     "PtoError", "NoNPUError", "TileRankError", "TileAlignmentError", "TileCapacityError", "TileShapeError",
     "NoTileShapeError", "UnwrittenOutputError", "BroadcastError", "ShapeError", "DTypeError", "OptionError",
+    "LoopError", "ScalarReadError", "UnwrittenOutputWarning",
     "TraceError",
 ]

@@ -579,7 +579,7 @@ def _static_info(om, report) -> tuple[list[dict], int]:
                 seen.add(i)
                 ti = info_of.get(i)
                 shapes.append(tuple(ti.shape) if ti is not None else ())
-                dtypes.append(_dtype_name(ti, _gm_dtype(k.spec) or precision))
+                dtypes.append(_dtype_name(ti, k.spec.dtypes[0] or precision))
                 formats.append(str(fmts.get(i, "ND")))
         memory = 0
         for n in knodes:
@@ -615,12 +615,6 @@ def _accelerator_core(k, split: bool) -> str:
     if res == {"AIV"}:
         return "AI_VECTOR_CORE"
     return "MIX_AIC" if "AIV" in res else "AI_CORE"
-
-
-def _gm_dtype(spec) -> str | None:
-    """The dtype a kernel reads its floating inputs in (its spec's; a decomposed one's first part's)."""
-    parts = getattr(spec, "parts", None)
-    return getattr(parts[0] if parts else spec, "dtype", None)
 
 
 def _dtype_name(ti, dtype: str) -> str:

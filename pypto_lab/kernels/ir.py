@@ -39,6 +39,11 @@ class KernelSpec:
     def unit(self) -> str:
         raise NotImplementedError
 
+    @property
+    def dtypes(self) -> tuple[str | None, str | None]:
+        """(the dtype its tensors are held in GM, the dtype it computes in); None where not known."""
+        return None, None
+
 
 def _positive(kind: str, **dims: int) -> None:
     for label, v in dims.items():
@@ -87,6 +92,10 @@ class CubeKernel(KernelSpec):
         return "cube"
 
     @property
+    def dtypes(self) -> tuple[str, str]:
+        return self.dtype, "fp32"  # the Cube accumulates in fp32 (int32 for int8, dequantised in fp32)
+
+    @property
     def is_conv(self) -> bool:
         return self.op == "Conv2D"
 
@@ -119,6 +128,10 @@ class VectorKernel(KernelSpec):
     def unit(self) -> str:
         return "move" if all(o == "copy" for o in self.ops) else "vector"
 
+    @property
+    def dtypes(self) -> tuple[str, str]:
+        return self.dtype, self.compute_dtype
+
 
 @dataclass(frozen=True)
 class AttentionKernel(KernelSpec):
@@ -144,6 +157,10 @@ class AttentionKernel(KernelSpec):
         return "cube+vector"
 
     @property
+    def dtypes(self) -> tuple[str, str]:
+        return self.dtype, "fp32"  # scores, the online softmax and the running output in fp32
+
+    @property
     def op(self) -> str:
         return "FlashAttentionScore" if self.flash else "UnfusedAttention(BatchMatMul+SoftmaxV2+BatchMatMul)"
 
@@ -161,6 +178,10 @@ class TransDataKernel(KernelSpec):
     @property
     def unit(self) -> str:
         return "move"
+
+    @property
+    def dtypes(self) -> tuple[str, str]:
+        return self.dtype, self.dtype
 
     @property
     def op(self) -> str:
@@ -228,6 +249,10 @@ class Decomposed(KernelSpec):
     def unit(self) -> str:
         units = {p.unit for p in self.parts}
         return units.pop() if len(units) == 1 else "vector"
+
+    @property
+    def dtypes(self) -> tuple[str | None, str | None]:
+        return self.parts[0].dtypes
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..capture.graph import Graph, Node
-from ..kernels.ir import AttentionKernel, Decomposed, VectorKernel
+from ..kernels.ir import AttentionKernel, VectorKernel
 from ..kernels.lower import vector_kernel
 from .base import Pass, PassContext, PassResult, describe, register
 
@@ -25,12 +25,6 @@ def _producer_through_views(graph: Graph, name: str) -> str:
         name = producers[name].inputs[0]
     return name
 
-
-def _dtypes(spec) -> tuple[str, str]:
-    """(GM dtype, compute dtype) of a Vector spec or of a Decomposed one's first part."""
-    if isinstance(spec, Decomposed):
-        spec = spec.parts[0]
-    return spec.dtype, spec.compute_dtype
 
 
 @register
@@ -47,7 +41,7 @@ class FuseLayerNorm(Pass):
         for node in graph.nodes:
             if node.op not in ("layer_norm", "native_layer_norm") or node.group is not None:
                 continue
-            dtype, compute = _dtypes(node.kernel)
+            dtype, compute = node.kernel.dtypes
             node.kernel = vector_kernel(graph, [node], dtype, compute)
             node.fused_by = self.name
             fused += 1

@@ -35,11 +35,6 @@ def is_elementwise(node: Node) -> bool:
             and aten_name(node.target) not in NOT_ELEMENTWISE)
 
 
-def _dtypes(spec) -> tuple[str, str]:
-    if isinstance(spec, Decomposed):
-        spec = spec.parts[0]
-    return spec.dtype, spec.compute_dtype
-
 
 @register
 @dataclass(frozen=True)
@@ -80,11 +75,11 @@ class FuseElementwise(Pass):
                 cur = nxt
             if sum(n.unit != "free" for n in chain) < 2:
                 if isinstance(head.kernel, Decomposed):  # a lone composite: its fused CANN kernel
-                    head.kernel = vector_kernel(graph, [head], *_dtypes(head.kernel))
+                    head.kernel = vector_kernel(graph, [head], *head.kernel.dtypes)
                     head.fused_by = self.name
                     restored += 1
                 continue
-            dtype, compute = _dtypes(head.kernel)
+            dtype, compute = head.kernel.dtypes
             for n in chain:
                 n.group = head.name
                 n.fused_by = self.name

@@ -57,7 +57,7 @@ from ..capture.graph import FoldedBatchNorm, Graph
 from ..hw import numerics
 from ..hw.attention import default_attention_blocks
 from ..hw.chip import Chip
-from ..kernels.ir import AttentionKernel, CubeKernel, Decomposed, TransDataKernel, VectorKernel
+from ..kernels.ir import AttentionKernel, CubeKernel, Decomposed
 
 _TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 _STORAGE = {"fp16": "fp16", "bf16": "bf16", "int8": "fp16", "fp32": None}
@@ -106,21 +106,6 @@ class RunStats:
         self.nodes[kind] = self.nodes.get(kind, 0) + 1
 
 
-def _spec_dtypes(spec) -> tuple[str | None, str | None]:
-    """(storage dtype, compute dtype) of a kernel spec's tensors."""
-    if isinstance(spec, Decomposed):
-        spec = spec.parts[0]
-    if isinstance(spec, CubeKernel):
-        return spec.dtype, "fp32"
-    if isinstance(spec, AttentionKernel):
-        return spec.dtype, "fp32"
-    if isinstance(spec, VectorKernel):
-        return spec.dtype, spec.compute_dtype
-    if isinstance(spec, TransDataKernel):
-        return spec.dtype, spec.dtype
-    return None, None
-
-
 def build_plan(graph: Graph, precision: str) -> dict[str, NodePlan]:
     """The numerics of every call_function node of ``graph.exported_program``, read from the specs
     of the kernels the nodes run in.
@@ -147,7 +132,7 @@ def build_plan(graph: Graph, precision: str) -> dict[str, NodePlan]:
         unit = g.unit
         group = g.group
         spec = by_name[g.anchor].kernel if (group is not None or g.kernel is not None) else None
-        dtype, compute = _spec_dtypes(spec)
+        dtype, compute = spec.dtypes if spec is not None else (None, None)
         store = _STORAGE.get(dtype, default_store) if dtype else default_store
         internal = group is not None and fx.name not in outputs and bool(users.get(fx.name)) and all(
             u.group == group for u in users[fx.name])

@@ -10,7 +10,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 # tests/test_browser.py drives Debian's chromium: Playwright must never download a browser of its own
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
-.PHONY: demo test install install-dev browser binder-url lint bench calibrate fit clean
+.PHONY: demo test lab install install-dev browser binder-url lint bench calibrate fit clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,12 @@ browser:
 
 demo: install
 	$(BIN)/pypto-lab tour
+
+# the course: JupyterLab on notebooks/ (00_quickstart first; notebooks/README.md is the guide).
+# LAB_ARGS passes more options, e.g. make lab LAB_ARGS="--no-browser --port 8899"
+LAB_ARGS ?=
+lab: install
+	cd notebooks && ../$(BIN)/jupyter lab --notebook-dir=. $$( [ "$$(id -u)" = 0 ] && echo --allow-root ) $(LAB_ARGS) 00_quickstart.ipynb
 
 test: install-dev browser
 	$(BIN)/python -m pytest -q tests --nbval-lax --nbval-sanitize-with notebooks/nbval_sanitize.cfg notebooks

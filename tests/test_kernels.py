@@ -123,6 +123,18 @@ def test_bigger_tiles_cut_gm_traffic():
     assert big.cycles < small.cycles
 
 
+def test_an_l1_block_is_reused_only_while_one_k_panel_covers_k():
+    """K in one L1 panel: a 128 x 128 block loads its A rows and B columns once for its four
+    64 x 64 sub-tiles (half the reads of 64 x 64 blocks). K over several panels: each sub-tile
+    streams its own rows and columns through L1, so the reads equal those of 64 x 64 blocks."""
+    def reads(k, tile):
+        r = simulate_matmul(1024, k, 1024, chip="Ascend910B1", tile=tile)
+        return r.gm_bytes - 1024 * 1024 * 2  # less the fp16 result, written once
+    big, small = CubeTile(64, 128, 64, 256, 64, 128), CubeTile(64, 64, 64, 256, 64, 64)
+    assert reads(256, big) == 64 * (128 + 128) * 256 * 2 == reads(256, small) / 2
+    assert reads(1024, big) == 64 * (2 * 128 + 2 * 128) * 1024 * 2 == reads(1024, small)
+
+
 def test_illegal_tiling_names_buffer_bytes_capacity_and_a_fix():
     with pytest.raises(TilingError) as exc:
         simulate_matmul(1024, 1024, 1024, chip="Ascend910B1", tile=CubeTile(256, 256, 64, 256, 256, 256))

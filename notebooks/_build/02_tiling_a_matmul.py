@@ -52,12 +52,18 @@ L1, the `l0` sizes what one Cube instruction works on:
 
 ```
 for each block of C, m_l1 x n_l1 (dealt to the cube cores round-robin):
+    if k_l1 covers K: load A m_l1 x K and B K x n_l1 once (MTE2, GM -> L1); they stay
     for each sub-tile m_l0 x n_l0 of the block (one accumulator in L0C):
-        for each K panel of k_l1 (MTE2: A m_l1 x k_l1 and B k_l1 x n_l1, GM -> L1):
+        for each K panel of k_l1 (if K needs several: MTE2 A m_l0 x k_l1, B k_l1 x n_l0, GM -> L1):
             for each K step of k_l0 (MTE1: A m_l0 x k_l0 -> L0A, B k_l0 x n_l0 -> L0B):
                 MMAD: L0C += L0A @ L0B         (CUBE, one 16x16x16 fractal per cycle)
         drain L0C -> GM                         (FIXP on the 910B)
 ```
+
+When K needs several panels, a block's sub-tiles cannot share what is in L1 — the panel a
+sub-tile needs next was not loaded yet — so each streams its own rows of A and columns of B
+(PyPTO's tile graph does the same: its L1 tile of A is `m_l0 × k_l1`, of B `k_l1 × n_l0`).
+Section 5 measures what that means for choosing `l1` larger than `l0`.
 
 Counting the work of one tiling from these rules:
 """)
@@ -240,6 +246,39 @@ Three effects, each with its hardware reason:
   utilisation at every size. (For 256×128 the plan still double-buffers L0A, L0B and L1 but not
   L0C, which it fills on its own: section 2.)
 * **Bigger is not always better**, because of the cores: next section.
+""")
+
+md("""
+### Blocks larger than one instruction: `m_l1 > m_l0`
+
+The sweep kept `l1 = l0`: one sub-tile per block. A 256×256 block of four 128×128 sub-tiles could
+share its operands in L1 — but only while they stay there, that is while one K panel covers K.
+The same two tilings on two depths of K:
+""")
+
+code("""
+reuse_rows = []
+for k in (256, K):
+    for t in (CubeTile.from_pypto([128, 128], [64, 256], [128, 128]),
+              CubeTile.from_pypto([128, 256], [64, 256], [128, 256])):
+        r = pypto_lab.simulate_matmul(M, k, N, chip=CHIP, tile=t)
+        reuse_rows.append((k, t, r))
+        blocks = -(-M // t.m_l1) * -(-N // t.n_l1)
+        print(f"K = {k:4d}  {str(t):28s} {blocks:3d} blocks, {-(-k // t.k_l1)} K panels:  "
+              f"GM {r.gm_bytes / 1e6:6.1f} MB  {r.cycles:9,.0f} cycles  cube {r.cube_utilization:4.0%}")
+for (k, _, small), (_, _, big) in zip(reuse_rows[::2], reuse_rows[1::2]):
+    print(f"K = {k:4d}: the 256x256 blocks move {big.gm_bytes / small.gm_bytes:.2f}x the bytes "
+          f"in {big.cycles / small.cycles:.2f}x the cycles")
+""")
+
+md("""
+With K = 256 one panel holds all of K: a 256×256 block loads its 256 rows of A and 256 columns
+of B once for its four sub-tiles — each operand element is read half as often as with 128×128
+blocks — and the kernel moves and takes markedly less. With K = 2048 there are eight panels; each
+sub-tile streams its own rows and columns through L1, the operand bytes are exactly those of
+128×128 blocks, and the larger block only changes how the work is dealt out (64 blocks instead of
+256 over 24 cores). Larger L1 blocks pay when K is short; when K is long, the L0 tile (`m_l0`,
+`n_l0`) is what sets the reuse.
 """)
 
 md("""

@@ -151,13 +151,17 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
     vector_epilogue = epilogue.on_vector and chip.split_cores
 
     # GM bytes each block reads, writes, and touches for the first time (from HBM). Every block
-    # reads its A rows and B columns over K (once per sub-tile when K needs more than one L1
-    # panel) and writes C once; a vector epilogue reads C back and writes it again; a residual
+    # reads its A rows and B columns over K (when K needs more than one L1 panel, each L0 sub-tile
+    # reads its own rows and columns: A again for every column of sub-tiles, B for every row) and
+    # writes C once; a vector epilogue reads C back and writes it again; a residual
     # epilogue reads one more C-shaped tile. (Whole numbers below 2**53: every sum is exact.)
     rf, cf = rows.astype(np.float64), cols.astype(np.float64)
-    subs = (-(-rows // tile.m_l0)) * (-(-cols // tile.n_l0))
+    subs_m, subs_n = -(-rows // tile.m_l0), -(-cols // tile.n_l0)
     out = rf * cf * ob
-    rd = (subs if k_steps > 1 else 1) * (rf + cf) * k * eb
+    if k_steps > 1:  # each L0 sub-tile streams its own A rows and B columns over K
+        rd = (subs_n * rf + subs_m * cf) * k * eb
+    else:
+        rd = (rf + cf) * k * eb
     wr = out.copy()
     first = np.where(bj == 0, rf * k * eb, 0.0) + np.where(bi == 0, cf * k * eb, 0.0) + out
     if vector_epilogue:

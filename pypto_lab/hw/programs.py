@@ -355,10 +355,15 @@ def _cube_core(buf, cnt, cores, bm_arr, bn_arr, geo, num, frac, paths, kinds, op
                 for ks in range(k_steps):
                     kl1 = k_l1 if k_l1 < k - ks * k_l1 else k - ks * k_l1
                     if not (has_resident and k_steps == 1):
+                        # one K panel covers K: the block's whole A rows and B columns load once and
+                        # stay; several panels: each L0 sub-tile streams its own rows and columns
+                        # through L1 (PyPTO's tile graph: an L1 A tile is m_l0 x k_l1, B k_l1 x n_l0)
+                        pa = bm if k_steps == 1 else sm
+                        pb = bn if k_steps == 1 else sn
                         slot, free = _acquire(l1)
-                        ld_a = _move(buf, cnt, c0, paths[_GM_L1], bm * kl1 * eb, kinds[_KA_GM], rate_rd,
+                        ld_a = _move(buf, cnt, c0, paths[_GM_L1], pa * kl1 * eb, kinds[_KA_GM], rate_rd,
                                      free, barrier, -1)
-                        ld_b = _move(buf, cnt, c0, paths[_GM_L1], kl1 * bn * eb, kinds[_KB_GM], rate_rd,
+                        ld_b = _move(buf, cnt, c0, paths[_GM_L1], kl1 * pb * eb, kinds[_KB_GM], rate_rd,
                                      free, barrier, -1)
                         for p in range(n_pending):
                             _put(buf, cnt, c0, _MTE2, kinds[_KWB], pending[p] / hbm_share, 0.0, -1, -1, -1, -1)

@@ -124,7 +124,10 @@ def _block_pipes(bm, bn, m_l0, n_l0, k_l0, k_l1, prm):
     subs = subs_m * subs_n
     k_steps = _cdiv(K, k_l1)
     loads = subs if k_steps > 1 else 1
-    o0 = loads * (bm + bn) * K * eb
+    if k_steps > 1:  # each sub-tile streams its own rows and columns (see programs._cube_core)
+        o0 = (subs_n * bm + subs_m * bn) * K * eb
+    else:
+        o0 = (bm + bn) * K * eb
     o1 = loads * k_steps * 2.0
     # k_l0 steps and fractals along K: full panels, then the last one
     full = K // k_l1

@@ -310,8 +310,9 @@ def _emit_cube(em: Emitter, g, assign, chip: Chip, barrier: dict) -> None:
 
     def block_reads(task):
         bm, bn = dims(task)
-        subs = -(-bm // tile.m_l0) * -(-bn // tile.n_l0)
-        return (subs if k_steps > 1 else 1) * (bm + bn) * k * eb
+        if k_steps > 1:  # each L0 sub-tile streams its own rows and columns (see simulate_matmul)
+            return (-(-bn // tile.n_l0) * bm + -(-bm // tile.m_l0) * bn) * k * eb
+        return (bm + bn) * k * eb
 
     per_core = {c: sum(block_reads(t) for t in ts) for c, ts in assign.items()}
     reads = sum(per_core.values())

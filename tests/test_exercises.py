@@ -5,12 +5,18 @@ buffer and the bytes it overflows by, the re-read factor, the pipe that bounds t
 TransData and the rule behind it), pass the reference answer, and report the notebooks' unsolved
 starting cells as FAIL or NOT ATTEMPTED without raising. The expected figures are read from the
 simulator here too, never written down, so the tests follow the chip model when it changes.
+The ``start`` and ``solution`` cells are the very text the notebooks hold
+(notebooks/_build/_exercises/).
 """
 
 from __future__ import annotations
 
+import json
 import math
+import sys
 import types
+import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +27,7 @@ import pypto_lab.pto as pypto
 from pypto_lab.course import (
     FAIL,
     NOT_ATTEMPTED,
+    PASS,
     AvoidTransData,
     BeatTheDefault,
     FastAddRelu,
@@ -31,6 +38,65 @@ from pypto_lab.course import (
 from pypto_lab.course.cube import traffic_lines
 from pypto_lab.course.verdict import bound_line, busy_fractions
 from pypto_lab.hw.tiling import CubeTile, ceil_div
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "notebooks" / "_build"))
+from _exercises import EXERCISES  # noqa: E402
+
+BY_SLUG = {ex.slug: ex for ex in EXERCISES}
+
+
+def run_cells(ex, which: str) -> dict:
+    """Run an exercise's setup cell (without IPython magics) and its ``start`` or ``solution`` cell."""
+    ns: dict = {}
+    setup = "\n".join(line for line in ex.setup.splitlines() if not line.startswith("%"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exec(compile(setup, f"<{ex.slug} setup>", "exec"), ns)
+        exec(compile(getattr(ex, which), f"<{ex.slug} {which}>", "exec"), ns)
+    return ns
+
+
+def check_cell(ex, which: str):
+    ns = run_cells(ex, which)
+    exec(compile(ex.check, f"<{ex.slug} check>", "exec"), ns)
+    return ns["verdict"]
+
+
+# ---- every exercise: the unsolved start is reported, the reference passes ---------------------
+
+@pytest.mark.parametrize("slug", list(BY_SLUG))
+def test_the_unsolved_start_is_a_fail_or_not_attempted_never_an_exception(slug, capsys):
+    verdict = check_cell(BY_SLUG[slug], "start")
+    assert verdict.status in (FAIL, NOT_ATTEMPTED)
+    assert str(verdict).strip()
+    if verdict.status == NOT_ATTEMPTED:
+        assert "NotImplementedError" in str(verdict)
+
+
+@pytest.mark.parametrize("slug", list(BY_SLUG))
+def test_the_reference_answer_passes(slug, capsys):
+    verdict = check_cell(BY_SLUG[slug], "solution")
+    assert verdict.status == PASS, str(verdict)
+
+
+def test_there_are_six_exercises_in_course_order():
+    assert [ex.number for ex in EXERCISES] == [1, 2, 3, 4, 5, 6]
+    assert {"01_fit_the_tiles", "02_beat_the_default", "03_vector_tiles"} <= set(BY_SLUG)
+
+
+@pytest.mark.parametrize("slug", list(BY_SLUG))
+def test_the_notebooks_on_disk_hold_the_start_unsolved_and_the_solution_apart(slug):
+    ex = BY_SLUG[slug]
+    cells = lambda path: ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]]  # noqa: E731
+    exercise = cells(ROOT / "notebooks" / "exercises" / f"{slug}.ipynb")
+    solution = cells(ROOT / "notebooks" / "exercises" / "solutions" / f"{slug}.ipynb")
+    assert ex.start.strip("\n") in exercise
+    assert ex.solution.strip("\n") not in exercise
+    assert ex.solution.strip("\n") in solution
+    assert "What it teaches" in exercise[0] and "How it is checked" in exercise[0]
+    assert "Why the reference answer works" not in "".join(exercise)
+
 
 # ---- 01 fit the tiles ---------------------------------------------------------------------------
 

@@ -132,18 +132,27 @@ def test_one_operand_tile_per_buffer_fails_rule_2_naming_the_buffer():
     assert "two need 131,072" in str(v)
 
 
-def test_a_slow_tiling_names_the_busiest_pipe_and_its_re_read_factor():
-    tile = CubeTile.from_pypto([128, 256], [128, 256], [128, 256])
-    v = FIT.check(tile)
+def test_a_slow_tiling_fails_rule_3_naming_the_busiest_pipe_and_the_target():
+    v = FIT.check(([128, 128], [64, 64], [128, 128]))     # level 0's naive tiling
     r = v.report
     assert v.status == FAIL and "rule 3" in str(v)
     busy = busy_fractions(r.pipe_busy, r.cycles)
     assert v.facts["bound"] == max(busy, key=busy.get)
     assert bound_line(busy) in str(v)
+    assert f"{r.cycles:,.0f} cycles where the target is {v.facts['target_cycles']:,.0f}" in str(v)
+    assert f"Cube utilisation {r.cube_utilization:.1%}" in str(v)
+
+
+def test_an_l1_block_larger_than_the_l0_tile_shows_its_re_read_factor():
+    tile = CubeTile.from_pypto([128, 256], [128, 256], [128, 256])   # 2 x 2 L0 tiles per L1 block
+    v = FIT.check(tile)
+    r = v.report
     c_bytes = FIT.m * FIT.n * 2
     factor = (r.gm_bytes - c_bytes) / (r.min_gm_bytes - c_bytes)
     assert f"re-reads its operands {factor:.1f}x" in str(v)
-    assert f"{r.cycles:,.0f} cycles where the target is {v.facts['target_cycles']:,.0f}" in str(v)
+    blocked = 2 * FIT.m * FIT.k * 2 * ceil_div(FIT.n, 256)           # A and B once per block column / row
+    per_sub_tile = abs((r.gm_bytes - c_bytes) / blocked - 4) <= 0.4
+    assert ("for each of its 4 L0 sub-tiles" in str(v)) == per_sub_tile
 
 
 def _fake_report(gm_bytes, min_gm_bytes):
@@ -173,9 +182,9 @@ def test_an_answer_that_is_not_a_tiling_is_a_fail_quoting_it():
 # ---- 02 beat the default ------------------------------------------------------------------------
 
 def test_too_few_blocks_are_blamed_on_idle_cores():
-    ex = BeatTheDefault()
+    ex = BeatTheDefault(m=512)
     chip = pypto_lab.get_chip(ex.chip)
-    v = ex.check(([256, 256], [64, 256], [128, 256]))
+    v = ex.check(([256, 256], [64, 256], [128, 128]))    # 2 x 8 blocks of C
     r = v.report
     assert r.cores_used < chip.cube_cores
     assert v.status == FAIL

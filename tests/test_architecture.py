@@ -142,3 +142,9 @@ def test_each_stage_imports_only_the_stages_before_it(stage, forbidden):
     late = {name: sorted(i for i in deps if i.startswith(forbidden))
             for name, deps in GRAPH.items() if name.startswith(stage)}
     assert not {k: v for k, v in late.items() if v}
+
+
+def test_nothing_on_the_path_imports_the_course_checkers():
+    users = sorted(name for name, deps in GRAPH.items() if not name.startswith("pypto_lab.course")
+                   and any(d.startswith("pypto_lab.course") for d in deps))
+    assert not users, f"the exercise checkers sit above every stage; imported by {users}"

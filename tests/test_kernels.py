@@ -256,6 +256,12 @@ def test_vector_tile_rules():
         simulate_vector("add", 4096, tile=VecTile(1, 100))
     with pytest.raises(TilingError, match=r"does not fit UB.*196608 bytes.*a tiling that fits: vec\["):
         simulate_vector("add", 1 << 22, tile=VecTile(64, 4096))
+    # one row too wide: the hint shrinks the columns, never repeats the tile it refuses
+    with pytest.raises(TilingError, match=r"does not fit UB.*a tiling that fits: vec\[1,16384\]") as exc:
+        simulate_vector("add", 1 << 22, tile=VecTile(1, 65536))
+    hint = str(exc.value).rsplit("fits: ", 1)[1]
+    rows, cols = (int(x) for x in hint.strip("vec[]").split(","))
+    assert simulate_vector("add", 1 << 22, tile=VecTile(rows, cols)).cycles > 0
     with pytest.raises(TilingError, match=r"shorter than the row"):
         simulate_vector("softmax", 8192, row_len=2048, tile=VecTile(1, 1024))
 

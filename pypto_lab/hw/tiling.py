@@ -249,6 +249,23 @@ class VecTile:
         return f"vec[{self.rows},{self.cols}]"
 
 
+def _vec_fit_hint(tile: VecTile, eb: float, n_buffers: int, cap: int, row_len: int | None,
+                  double_buffer: bool) -> str:
+    """A smaller tile than ``tile`` that fits UB: fewer rows, else (element-wise ops) fewer columns."""
+    row_bytes = tile.cols * eb * n_buffers
+    for slots in ((2, 1) if double_buffer else (1,)):
+        rows = int(cap // (row_bytes * slots))
+        if rows >= 1:
+            extra = "" if slots == 2 or not double_buffer else " (one slot: no room for double buffering)"
+            return f"a tiling that fits: vec[{rows},{tile.cols}]{extra}"
+    if row_len is not None:
+        return (f"one row of {tile.cols} elements does not fit {n_buffers} times: split the row (a two-pass "
+                "reduction) or use a smaller dtype")
+    align = max(1, int(32 // eb))
+    cols = int(cap // (n_buffers * eb * (2 if double_buffer else 1))) // align * align
+    return f"a tiling that fits: vec[1,{cols}]"
+
+
 def check_vec_tile(chip: Chip, tile: VecTile, dtype: str, n_buffers: int, row_len: int | None,
                    double_buffer: bool = True) -> int:
     """Validate a vector tile; return its UB slots (1 or 2). ``n_buffers`` tiles live in UB at once."""
@@ -270,11 +287,10 @@ def check_vec_tile(chip: Chip, tile: VecTile, dtype: str, n_buffers: int, row_le
     need = int(tile.elems * eb * n_buffers)
     cap = chip.buffer("UB").size_bytes
     if need > cap:
-        fit_rows = max(1, cap // int(tile.cols * eb * n_buffers * 2))
         raise TilingError(
             f"vector tile {tile} does not fit UB on {chip.name}: {n_buffers} live tiles of {dtype} need "
             f"{need} bytes ({need / 1024:.1f} KB), UB holds {cap} bytes ({cap / 1024:.0f} KB); "
-            f"a tiling that fits: vec[{fit_rows},{tile.cols}]"
+            + _vec_fit_hint(tile, eb, n_buffers, cap, row_len, double_buffer)
         )
     return 2 if (double_buffer and 2 * need <= cap) else 1
 

@@ -398,7 +398,7 @@ def explorer_for_kernel(kernel) -> _Explorer:
 
 class Dashboard:
     """One model's views in an ``ipywidgets.Tab`` (``d.tab``), each tab rendered when first shown:
-    fusion graph (with a block box), speedup waterfall, memory occupancy, buffer occupancy,
+    fusion graph (with a block box), speedup waterfall from level 0, memory occupancy, buffer occupancy,
     swimlane (start kernel and count sliders), roofline, and the tiling explorer of a chosen
     Cube kernel. ``d.render(i)`` renders tab ``i`` now."""
 
@@ -443,7 +443,8 @@ class Dashboard:
             draw()
             page.children = [block, out]
         elif title == "waterfall":
-            page.children = [self._image(views.plot_speedup_waterfall(rep))]
+            level0 = self.before if self.before is not None and views._report_of(self.before).level == 0 else None
+            page.children = [self._image(views.plot_speedup_waterfall(om, level0=level0))]
         elif title == "GM memory":
             page.children = [self._image(views.plot_memory_occupancy(om))]
         elif title == "on-chip buffers":

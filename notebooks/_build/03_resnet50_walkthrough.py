@@ -423,10 +423,12 @@ How to read the disagreements:
 
 ## 10 · Explore it yourself
 
-The dashboard holds the same views for the level-3 model (batch 1) in tabs: the fusion graph
-(type a block name such as `layer3.2`), the waterfall, GM and on-chip memory, the pipe swimlane of a
-window of kernels, the roofline, and the tiling explorer of any Cube kernel. It needs a live kernel
-(Jupyter or Voilà); the static figure below it is the explorer's view of the slowest Cube kernel.
+The dashboard holds the same views for the level-3 model (batch 1) in tabs: the fusion graph (it
+opens on the first bottleneck, `layer1.0`; pick another block, or the whole model, in its
+dropdown), the waterfall from level 0, GM and on-chip memory, the pipe swimlane of a window of
+kernels, the roofline, and the tiling explorer of any Cube kernel. It needs a live kernel (Jupyter
+or Voilà; a saved notebook shows a picture of its first tab); the static figure below it is the
+explorer's view of the slowest Cube kernel.
 """)
 
 code("""

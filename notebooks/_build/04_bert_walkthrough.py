@@ -216,14 +216,16 @@ Vector unit runs the fused kernel's fp32 arithmetic long enough that it becomes 
 while the primitives stay bound by their round trips, so the ratio is lower.
 
 A Vector kernel's tiling is a rows × columns tile of UB. The explorer below (live in Jupyter or
-Voilà) moves through the tilings of one fused LayerNorm; the static figure under it is the default tile.
+Voilà) moves through the tilings of one fused LayerNorm: its `cols` slider starts at the row (a
+LayerNorm needs the whole row in UB) and steps by 32 bytes; the static figure under it is the
+default tile.
 """)
 
 code("""
 from pypto_lab.viz.widgets import vector_tiling_explorer
 numel = BATCH * SEQ * cfg.hidden_size
 explorer = vector_tiling_explorer("layernorm", numel, row_len=cfg.hidden_size, chip="Ascend910B1")
-explorer.widget
+explorer
 """)
 
 code("""

@@ -1,20 +1,27 @@
 """The tiling explorer in a real browser, driven by Playwright with Debian's chromium (installed by
-`make test`, never downloaded by Playwright): Voilà serves tests/browser/tiling_explorer.ipynb on
-localhost; the test moves sliders with the keyboard and checks that every step is a well-formed
-tiling, that cycles and occupancy change, and that an overflow lists every buffer with its fix.
+`make test`, never downloaded by Playwright):
 
-The test compares what the page shows with the same explorer driven headless in this process.
-Screenshots are kept in out/test-artifacts/. The server listens on a free localhost port, with a
-private Jupyter config, and is shut down at the end.
+* Voilà serves tests/browser/tiling_explorer.ipynb on localhost; the test moves sliders with the
+  keyboard and checks that every step is a well-formed tiling, that cycles and occupancy change,
+  and that an overflow lists every buffer with its fix;
+* JupyterLab opens notebooks/00_quickstart.ipynb (the page Binder opens) from a temporary folder,
+  runs all its cells from the Run menu, moves the widget's m_l0 slider and checks the cycles change.
 
-Outside CI the test is skipped when chromium, playwright or voila are missing; with CI=true it fails.
+Each test compares what the page shows with the same explorer driven headless in this process.
+Screenshots are kept in out/test-artifacts/. Both servers listen on a free localhost port, with a
+private Jupyter config, and are shut down at the end.
+
+Outside CI the tests are skipped when chromium, playwright, voila or jupyterlab are missing; with
+CI=true they fail.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
+import secrets
 import shutil
 import socket
 import subprocess
@@ -26,6 +33,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "tests/browser/tiling_explorer.ipynb"
+QUICKSTART = ROOT / "notebooks/00_quickstart.ipynb"
 ARTIFACTS = ROOT / "out/test-artifacts"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -109,6 +117,35 @@ def voila_url(tmp_path):
            "--Voila.ip=127.0.0.1", "--show_tracebacks=True"]
     with _serve(cmd, ROOT, _server_env(tmp_path), log, port):
         yield f"http://127.0.0.1:{port}/", log
+
+
+@pytest.fixture
+def jupyterlab_url(tmp_path):
+    """JupyterLab on a free localhost port with a token, serving a temporary folder that holds a
+    copy of the quickstart notebook; its settings, workspaces and runtime files stay in tmp_path."""
+    try:
+        import jupyterlab  # noqa: F401
+    except ImportError:
+        _unavailable("jupyterlab is not installed (pip install -e '.[dev]')")
+    if not QUICKSTART.exists():
+        pytest.fail(f"{QUICKSTART} is missing: run notebooks/_build/00_quickstart.py")
+    root = tmp_path / "lab"
+    root.mkdir()
+    shutil.copy(QUICKSTART, root / QUICKSTART.name)
+    settings = tmp_path / "lab_settings"
+    # no news poll: the server never goes online and no toast covers the notebook
+    news = settings / "@jupyterlab/apputils-extension/notification.jupyterlab-settings"
+    news.parent.mkdir(parents=True)
+    news.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    port, token = _free_port(), secrets.token_hex(16)
+    log = tmp_path / "jupyterlab.log"
+    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--ServerApp.port={port}", "--ServerApp.ip=127.0.0.1",
+           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--ServerApp.port_retries=0",
+           f"--LabApp.user_settings_dir={settings}", f"--LabApp.workspaces_dir={tmp_path / 'lab_workspaces'}"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")
+    with _serve(cmd, root, _server_env(tmp_path), log, port):
+        yield f"http://127.0.0.1:{port}/lab/tree/{QUICKSTART.name}?token={token}", log
 
 
 CYCLES = re.compile(r"cycles:\s*(\d+|n/a)")
@@ -238,3 +275,58 @@ def test_every_slider_step_is_well_formed_and_overflows_list_every_buffer(chromi
     assert shot.stat().st_size > 10_000
     print(f"\nvoila: cycles {[CYCLES.search(c[0]).group(1) for c in seen]}; key press to new text: "
           f"{', '.join(f'{1000 * t:.0f} ms' for t in times)}; screenshots in {ARTIFACTS.relative_to(ROOT)}")
+
+
+def test_quickstart_runs_in_jupyterlab_and_its_slider_changes_cycles(chromium, jupyterlab_url):
+    """JupyterLab opens the quickstart, Run > Run All Cells runs it, and one step of the explorer's
+    m_l0 slider (128 -> 144, m_l1 follows) changes the cycles to what the simulator says for that
+    tiling, as the notebook suggests trying."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    from playwright.sync_api import sync_playwright
+
+    from pypto_lab.viz.widgets import tiling_explorer
+
+    url, log = jupyterlab_url
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "jupyterlab_quickstart.png"
+    twin = tiling_explorer(1024, 1024, 1024, chip="Ascend910B1", render=False)   # the quickstart's explorer
+    before = twin.cycles_text
+    m = twin.sliders["m_l0"]
+    m.value = m.value + m.step
+    after, tiling = twin.cycles_text, {name: str(v) for name, v in twin.values.items()}
+
+    t0 = time.monotonic()
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        try:
+            page.goto(url, timeout=120_000)
+            page.locator(".jp-Notebook").first.wait_for(state="visible", timeout=120_000)
+            # the kernel is idle once it has started
+            page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(
+                state="attached", timeout=120_000)
+            page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).first.click()
+            page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).first.click()
+            page.locator(".pypto-m_l0 .noUi-handle").first.wait_for(state="visible", timeout=120_000)
+            page.wait_for_function(f"() => /cycles:\\s*\\d+/.test({_TEXT_JS}('pypto-cycles'))", timeout=60_000)
+            page.locator("img.pypto-figure").first.wait_for(state="visible", timeout=60_000)
+            page.locator(".pypto-tiling-explorer").first.scroll_into_view_if_needed()
+            shown_before = _text(page, "pypto-cycles")
+            took = _press(page, "m_l0", "ArrowRight", *_cycles_change_js(shown_before))
+            shown_after, readouts = _text(page, "pypto-cycles"), _readouts(page)
+            page.locator(".pypto-tiling-explorer").first.screenshot(path=str(shot))
+        except (PlaywrightTimeout, AssertionError, AttributeError) as exc:
+            raise _failure(page, "jupyterlab_quickstart", exc, errors, log) from exc
+        finally:
+            browser.close()
+
+    assert CYCLES.search(shown_before).group(0) == CYCLES.search(before).group(0), (shown_before, before)
+    assert CYCLES.search(shown_after).group(0) == CYCLES.search(after).group(0), (shown_after, after)
+    assert shown_after != shown_before and readouts == tiling, (readouts, tiling)
+    assert not errors, errors
+    assert shot.stat().st_size > 10_000
+    print(f"\njupyterlab: {CYCLES.search(shown_before).group(0)} -> {CYCLES.search(shown_after).group(0)} "
+          f"(m_l0 {m.value - m.step} -> {m.value}); key press to new text {1000 * took:.0f} ms; "
+          f"page {time.monotonic() - t0:.0f} s")

@@ -270,6 +270,8 @@ def test_vector_explorer_rows_cols_and_ub_overflow():
     assert not v.over and v.report is not None
     with pytest.raises(TilingError, match="at least the row of 1024"):
         v.set(rows=4, cols=512)
+    with pytest.raises(ValueError, match="numel = 0: it must be a positive whole number"):
+        vector_tiling_explorer("softmax", 0)
     for direction in (+1, -1):                                   # every step of cols stays aligned
         v.set(rows=1, cols=1024)
         _step(v, "cols", direction)

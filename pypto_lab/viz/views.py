@@ -535,7 +535,8 @@ def plot_model_swimlane(optimized, start_kernel: int = 0, count: int = 5, cores=
             labels.append(f"{core_name} {name}")
     ax.set_yticks(ticks, labels, fontsize=7)
     ax.set_ylim(len(cores) * 8 - 0.5, -0.55 - LABEL_ROWS * LABEL_ROW_HEIGHT)
-    ax.set_xlim(-0.01 * max(s[2] for s in spans), max(s[2] for s in spans) * 1.01)
+    lo, hi = min(0.0, *(s[1] for s in spans)), max(s[2] for s in spans)  # two streams: a kernel may start earlier
+    ax.set_xlim(lo - 0.01 * (hi - lo), hi + 0.01 * (hi - lo))
     ax.set_xlabel(f"cycles from {origin:,.1f} us")
     title = f"{report.model} on {report.chip}, level {report.level}: kernels {window[0]}-{window[-1]}"
     ax.set_title(title, fontsize=9)

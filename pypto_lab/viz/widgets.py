@@ -611,6 +611,9 @@ class VectorTilingExplorer(_Explorer):
         super().__init__(chip, core, render, dpi)
         if op not in VECTOR_OPS:
             raise ValueError(f"vector op {op!r} is not known; choose one of {', '.join(VECTOR_OPS)}")
+        for name, v in (("numel", numel), ("row_len", row_len)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral) or v <= 0):
+                raise ValueError(f"{name} = {v!r}: it must be a positive whole number of elements")
         self.op, self.numel, self.dtype = op, numel, dtype
         self.spec = VECTOR_OPS[op]
         self.row_len = (row_len or min(numel, 1024)) if self.spec.row_wise else None

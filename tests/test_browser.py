@@ -1,15 +1,27 @@
-"""The tiling explorer in a real browser: Voilà serves tests/browser/tiling_explorer.ipynb on localhost,
-Playwright drives Debian's chromium (installed by `make test`, never downloaded by Playwright), moves
-the m_l1 slider with the keyboard and checks that the cycles and occupancy the page shows change.
-A screenshot is kept in out/test-artifacts/.
+"""The tiling explorer in a real browser, driven by Playwright with Debian's chromium (installed by
+`make test`, never downloaded by Playwright):
 
-Outside CI the test is skipped when chromium, playwright or voila are missing; with CI=true it fails.
+* Voilà serves tests/browser/tiling_explorer.ipynb on localhost; the test moves sliders with the
+  keyboard and checks that every step is a well-formed tiling, that cycles and occupancy change,
+  and that an overflow lists every buffer with its fix;
+* JupyterLab opens notebooks/00_quickstart.ipynb (the page Binder opens) from a temporary folder,
+  runs all its cells from the Run menu, moves the widget's m_l0 slider and checks the cycles change.
+
+Each test compares what the page shows with the same explorer driven headless in this process.
+Screenshots are kept in out/test-artifacts/. Both servers listen on a free localhost port, with a
+private Jupyter config, and are shut down at the end.
+
+Outside CI the tests are skipped when chromium, playwright, voila or jupyterlab are missing; with
+CI=true they fail.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
+import secrets
 import shutil
 import socket
 import subprocess
@@ -21,6 +33,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "tests/browser/tiling_explorer.ipynb"
+QUICKSTART = ROOT / "notebooks/00_quickstart.ipynb"
 ARTIFACTS = ROOT / "out/test-artifacts"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -32,7 +45,7 @@ os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
 def _unavailable(reason: str):
     if IN_CI:
         pytest.fail(f"{reason} -- the browser test must run in CI (CI=true); `make test` installs it "
-                    "(chromium via apt-get as root, playwright and voila via the dev extra)", pytrace=False)
+                    "(chromium via apt-get as root, playwright, voila and jupyterlab via the dev extra)", pytrace=False)
     pytest.skip(f"{reason}; skipped because CI is not set (with CI=true this test fails instead)")
 
 
@@ -54,13 +67,42 @@ def _wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"voila exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            raise RuntimeError(f"the server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1):
                 return
         except OSError:
             time.sleep(0.2)
-    raise RuntimeError(f"voila did not listen on port {port} within {timeout:.0f} s:\n{log.read_text()[-3000:]}")
+    raise RuntimeError(f"the server did not listen on port {port} within {timeout:.0f} s:\n{log.read_text()[-3000:]}")
+
+
+def _server_env(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("NUMBA_CACHE_DIR", str(ROOT / ".numba_cache"))
+    env.setdefault("NUMBA_NUM_THREADS", "2")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+    # a private Jupyter config/runtime dir: the user's settings do not leak into the test, nor ours into theirs
+    env["JUPYTER_CONFIG_DIR"] = str(tmp_path / "jupyter_config")
+    env["JUPYTER_RUNTIME_DIR"] = str(tmp_path / "jupyter_runtime")
+    return env
+
+
+@contextlib.contextmanager
+def _serve(cmd: list[str], cwd: Path, env: dict, log: Path, port: int):
+    """Run a server until the block ends, then stop it (it shuts its kernels down on SIGTERM)."""
+    with log.open("w") as fh:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT)
+    try:
+        _wait_for_port(port, proc, log)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 @pytest.fixture
@@ -71,30 +113,43 @@ def voila_url(tmp_path):
         _unavailable("voila is not installed (pip install -e '.[dev]')")
     port = _free_port()
     log = tmp_path / "voila.log"
-    env = dict(os.environ)
-    env.setdefault("NUMBA_CACHE_DIR", str(ROOT / ".numba_cache"))
-    env.setdefault("NUMBA_NUM_THREADS", "2")
-    env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
-    # a private Jupyter config/runtime dir: the user's settings do not leak into the test, nor ours into theirs
-    env["JUPYTER_CONFIG_DIR"] = str(tmp_path / "jupyter_config")
-    env["JUPYTER_RUNTIME_DIR"] = str(tmp_path / "jupyter_runtime")
     cmd = [sys.executable, "-m", "voila", str(NOTEBOOK), "--no-browser", f"--port={port}",
            "--Voila.ip=127.0.0.1", "--show_tracebacks=True"]
-    with log.open("w") as fh:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
-    try:
-        _wait_for_port(port, proc, log)
+    with _serve(cmd, ROOT, _server_env(tmp_path), log, port):
         yield f"http://127.0.0.1:{port}/", log
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+
+
+@pytest.fixture
+def jupyterlab_url(tmp_path):
+    """JupyterLab on a free localhost port with a token, serving a temporary folder that holds a
+    copy of the quickstart notebook; its settings, workspaces and runtime files stay in tmp_path."""
+    try:
+        import jupyterlab  # noqa: F401
+    except ImportError:
+        _unavailable("jupyterlab is not installed (pip install -e '.[dev]')")
+    if not QUICKSTART.exists():
+        pytest.fail(f"{QUICKSTART} is missing: run notebooks/_build/00_quickstart.py")
+    root = tmp_path / "lab"
+    root.mkdir()
+    shutil.copy(QUICKSTART, root / QUICKSTART.name)
+    settings = tmp_path / "lab_settings"
+    # no news poll: the server never goes online and no toast covers the notebook
+    news = settings / "@jupyterlab/apputils-extension/notification.jupyterlab-settings"
+    news.parent.mkdir(parents=True)
+    news.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    port, token = _free_port(), secrets.token_hex(16)
+    log = tmp_path / "jupyterlab.log"
+    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--ServerApp.port={port}", "--ServerApp.ip=127.0.0.1",
+           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--ServerApp.port_retries=0",
+           f"--LabApp.user_settings_dir={settings}", f"--LabApp.workspaces_dir={tmp_path / 'lab_workspaces'}"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")
+    with _serve(cmd, root, _server_env(tmp_path), log, port):
+        yield f"http://127.0.0.1:{port}/lab/tree/{QUICKSTART.name}?token={token}", log
 
 
 CYCLES = re.compile(r"cycles:\s*(\d+|n/a)")
+_TEXT_JS = "((c) => document.querySelector('.' + c)?.innerText || '')"
 
 
 def _text(page, cls: str) -> str:
@@ -102,7 +157,8 @@ def _text(page, cls: str) -> str:
 
 
 def _press(page, slider: str, key: str, until_js: str, arg, timeout_ms: int = 60_000) -> float:
-    """Focus a slider's handle, press ``key`` and wait until ``until_js(arg)`` holds; the seconds it took."""
+    """Focus a slider's handle, press ``key`` and wait until ``until_js(arg)`` holds and the figure
+    is the new one; the seconds to the new text."""
     old_src = page.locator("img.pypto-figure").first.get_attribute("src")
     page.locator(f".pypto-{slider} .noUi-handle").first.focus()
     t0 = time.monotonic()
@@ -115,12 +171,24 @@ def _press(page, slider: str, key: str, until_js: str, arg, timeout_ms: int = 60
     return took
 
 
-_TEXT_JS = "((c) => document.querySelector('.' + c)?.innerText || '')"
+def _cycles_change_js(old: str) -> tuple[str, str]:
+    """JS (and its argument) that holds once the cycles label reads something other than ``old``."""
+    return (f"(c0) => {{ const t = {_TEXT_JS}('pypto-cycles'); return /cycles:/.test(t) && t !== c0; }}", old)
+
+
+def _readouts(page) -> dict[str, str]:
+    """The readout of each tile slider, by name."""
+    out = {}
+    for name in ("m_l0", "m_l1", "k_l0", "k_l1", "n_l0", "n_l1"):
+        loc = page.locator(f".pypto-{name} .widget-readout")
+        if loc.count():
+            out[name] = loc.first.inner_text().strip()
+    return out
 
 
 @pytest.fixture
 def chromium():
-    """Debian's chromium and Playwright, checked before Voilà starts."""
+    """Debian's chromium and Playwright, checked before a server starts."""
     exe = _chromium()
     try:
         import playwright.sync_api  # noqa: F401
@@ -129,58 +197,136 @@ def chromium():
     return exe
 
 
-def test_moving_the_tile_sliders_changes_cycles_and_occupancy(chromium, voila_url):
-    """m_l1 one step down (128 -> 112) is illegal with m_l0 = 128: cycles n/a, the TilingError shown,
-    L1 occupancy down; then m_l0 one step down (128 -> 112) makes it legal: new cycles, new occupancy."""
+def _failure(page, name: str, exc: Exception, errors: list[str], log: Path) -> AssertionError:
+    page.screenshot(path=str(ARTIFACTS / f"{name}_failure.png"), full_page=True)
+    text = page.locator("body").inner_text()[-3000:]
+    return AssertionError(f"{exc}\n--- page text ---\n{text}\n--- page errors ---\n{errors}\n"
+                          f"--- server log ---\n{log.read_text()[-3000:]}")
+
+
+# key presses on a slider handle, and where they take an IntSlider
+KEYS = {"ArrowRight": lambda s: s.value + s.step, "ArrowLeft": lambda s: s.value - s.step,
+        "End": lambda s: s.max, "Home": lambda s: s.min}
+# m_l0 one step up (128 -> 144; m_l1 follows to 144); m_l0 to the end of its range (m_l1 follows:
+# L1, L0A and L0C overflow at once); m_l0 back to the start (m_l1 stays: L1 still overflows, and the
+# fix says m_l1); m_l1 to the start of its range: legal again
+MOVES = [("m_l0", "ArrowRight"), ("m_l0", "End"), ("m_l0", "Home"), ("m_l1", "Home")]
+
+
+def test_every_slider_step_is_well_formed_and_overflows_list_every_buffer(chromium, voila_url):
+    """Each key press moves the page's explorer exactly as the same explorer moves headless: the
+    readouts, the cycles and the overflow lines agree, every tiling is well-formed, an overflow lists
+    every buffer with its fix, and the figure neither moves nor changes size."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
-    exe = chromium
+    from pypto_lab.viz.widgets import tiling_explorer
+
     url, log = voila_url
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "tiling_explorer.png"
+    # the notebook's explorer, driven headless the same way: what the page must show
+    twin = tiling_explorer(32 * 14 * 14, 256 * 9, 256, chip="Ascend910B1", dtype="fp16", render=False)
+    expect = []
+    for name, key in MOVES:
+        twin.sliders[name].value = KEYS[key](twin.sliders[name])
+        expect.append((twin.cycles_text, twin.error_text, dict(twin.values)))
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        browser = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
         try:
             page.goto(url, timeout=120_000)
             # the kernel starts, imports pypto_lab and runs the notebook before the widget appears
-            page.locator(".pypto-m_l1 .noUi-handle").first.wait_for(state="visible", timeout=180_000)
+            page.locator(".pypto-m_l0 .noUi-handle").first.wait_for(state="visible", timeout=180_000)
             page.wait_for_function(f"() => /cycles:\\s*\\d+/.test({_TEXT_JS}('pypto-cycles'))", timeout=60_000)
             page.locator("img.pypto-figure").first.wait_for(state="visible", timeout=60_000)
-            cycles0, occ0 = _text(page, "pypto-cycles"), _text(page, "pypto-occupancy")
-
-            # 1. m_l1 128 -> 112: no longer a multiple of m_l0 = 128
-            t_illegal = _press(page, "m_l1", "ArrowLeft",
-                               f"() => {_TEXT_JS}('pypto-cycles').includes('n/a')", None)
-            cycles1, occ1, err1 = _text(page, "pypto-cycles"), _text(page, "pypto-occupancy"), _text(page, "pypto-error")
-            page.screenshot(path=str(ARTIFACTS / "tiling_explorer_illegal.png"), full_page=True)
-
-            # 2. m_l0 128 -> 112: legal again, with other cycles and occupancy
-            t_legal = _press(page, "m_l0", "ArrowLeft",
-                             f"(c0) => {{ const m = /cycles:\\s*(\\d+)/.exec({_TEXT_JS}('pypto-cycles'));"
-                             " return m !== null && m[0] !== c0; }", CYCLES.search(cycles0).group(0))
-            cycles2, occ2, err2 = _text(page, "pypto-cycles"), _text(page, "pypto-occupancy"), _text(page, "pypto-error")
-            readouts = page.locator(".widget-readout").all_inner_texts()
+            seen = [(_text(page, "pypto-cycles"), _text(page, "pypto-error"), _readouts(page))]
+            boxes = [page.locator("img.pypto-figure").first.bounding_box()]
+            times = []
+            for i, (name, key) in enumerate(MOVES):
+                times.append(_press(page, name, key, *_cycles_change_js(seen[-1][0])))
+                seen.append((_text(page, "pypto-cycles"), _text(page, "pypto-error"), _readouts(page)))
+                boxes.append(page.locator("img.pypto-figure").first.bounding_box())
+                if i == 1:
+                    page.screenshot(path=str(ARTIFACTS / "tiling_explorer_overflow.png"), full_page=True)
             page.screenshot(path=str(shot), full_page=True)
         except (PlaywrightTimeout, AssertionError, AttributeError) as exc:
-            page.screenshot(path=str(ARTIFACTS / "tiling_explorer_failure.png"), full_page=True)
-            text = page.locator("body").inner_text()[-3000:]
-            raise AssertionError(f"{exc}\n--- page text ---\n{text}\n--- page errors ---\n{errors}\n"
-                                 f"--- voila log ---\n{log.read_text()[-3000:]}") from exc
+            raise _failure(page, "tiling_explorer", exc, errors, log) from exc
         finally:
             browser.close()
 
-    c0, c1, c2 = (CYCLES.search(c).group(1) for c in (cycles0, cycles1, cycles2))
-    assert c0 != "n/a" and c1 == "n/a" and c2 != "n/a" and int(c2) != int(c0), (cycles0, cycles1, cycles2)
-    assert "m_l1 = 112 must be a multiple of m_l0 = 128" in err1, err1
-    assert not err2.strip(), err2
-    assert occ0 != occ1 != occ2 and "L1: 93.8%" in occ1 and "L0A: 87.5%" in occ2, (occ0, occ1, occ2)
-    assert readouts[:2] == ["112", "112"], readouts  # m_l0, m_l1: the sliders the keys moved
+    for (cycles, err, readouts), (want_cycles, want_err, values) in zip(seen[1:], expect):
+        assert readouts == {k: str(v) for k, v in values.items()}, (readouts, values)   # the tiling moved as headless
+        assert CYCLES.search(cycles).group(0) == CYCLES.search(want_cycles).group(0), (cycles, want_cycles)
+        assert all(v % 16 == 0 for v in values.values()) and values["m_l1"] % values["m_l0"] == 0
+        assert [ln.strip() for ln in err.splitlines() if ln.strip()] == want_err.splitlines(), (err, want_err)
+    step, over, still, back = seen[1:]
+    assert step[2]["m_l0"] == step[2]["m_l1"] == str(int(seen[0][2]["m_l0"]) + 16)
+    assert CYCLES.search(over[0]).group(1) == "n/a"
+    assert [ln.split()[0] for ln in over[1].splitlines() if ln.strip()] == ["L1", "L0A", "L0C"], over
+    assert over[1].count("try ") == 2                                  # L1 has no single-size fix there
+    assert CYCLES.search(still[0]).group(1) == "n/a" and "try m_l1 = " in still[1], still
+    assert CYCLES.search(back[0]).group(1) != "n/a" and not back[1].strip()
+    assert all(box == boxes[0] for box in boxes), boxes                # the figure never moves or resizes
     assert not errors, errors
     assert shot.stat().st_size > 10_000
-    print(f"\nbrowser: cycles {c0} -> {c1} -> {c2}; key press to new text: {1000 * t_illegal:.0f} ms (illegal), "
-          f"{1000 * t_legal:.0f} ms (legal); screenshots in {ARTIFACTS.relative_to(ROOT)}")
+    print(f"\nvoila: cycles {[CYCLES.search(c[0]).group(1) for c in seen]}; key press to new text: "
+          f"{', '.join(f'{1000 * t:.0f} ms' for t in times)}; screenshots in {ARTIFACTS.relative_to(ROOT)}")
+
+
+def test_quickstart_runs_in_jupyterlab_and_its_slider_changes_cycles(chromium, jupyterlab_url):
+    """JupyterLab opens the quickstart, Run > Run All Cells runs it, and one step of the explorer's
+    m_l0 slider (128 -> 144, m_l1 follows) changes the cycles to what the simulator says for that
+    tiling, as the notebook suggests trying."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    from playwright.sync_api import sync_playwright
+
+    from pypto_lab.viz.widgets import tiling_explorer
+
+    url, log = jupyterlab_url
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "jupyterlab_quickstart.png"
+    twin = tiling_explorer(1024, 1024, 1024, chip="Ascend910B1", render=False)   # the quickstart's explorer
+    before = twin.cycles_text
+    m = twin.sliders["m_l0"]
+    m.value = m.value + m.step
+    after, tiling = twin.cycles_text, {name: str(v) for name, v in twin.values.items()}
+
+    t0 = time.monotonic()
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        try:
+            page.goto(url, timeout=120_000)
+            page.locator(".jp-Notebook").first.wait_for(state="visible", timeout=120_000)
+            # the kernel is idle once it has started
+            page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(
+                state="attached", timeout=120_000)
+            page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).first.click()
+            page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).first.click()
+            page.locator(".pypto-m_l0 .noUi-handle").first.wait_for(state="visible", timeout=120_000)
+            page.wait_for_function(f"() => /cycles:\\s*\\d+/.test({_TEXT_JS}('pypto-cycles'))", timeout=60_000)
+            page.locator("img.pypto-figure").first.wait_for(state="visible", timeout=60_000)
+            page.locator(".pypto-tiling-explorer").first.scroll_into_view_if_needed()
+            shown_before = _text(page, "pypto-cycles")
+            took = _press(page, "m_l0", "ArrowRight", *_cycles_change_js(shown_before))
+            shown_after, readouts = _text(page, "pypto-cycles"), _readouts(page)
+            page.locator(".pypto-tiling-explorer").first.screenshot(path=str(shot))
+        except (PlaywrightTimeout, AssertionError, AttributeError) as exc:
+            raise _failure(page, "jupyterlab_quickstart", exc, errors, log) from exc
+        finally:
+            browser.close()
+
+    assert CYCLES.search(shown_before).group(0) == CYCLES.search(before).group(0), (shown_before, before)
+    assert CYCLES.search(shown_after).group(0) == CYCLES.search(after).group(0), (shown_after, after)
+    assert shown_after != shown_before and readouts == tiling, (readouts, tiling)
+    assert not errors, errors
+    assert shot.stat().st_size > 10_000
+    print(f"\njupyterlab: {CYCLES.search(shown_before).group(0)} -> {CYCLES.search(shown_after).group(0)} "
+          f"(m_l0 {m.value - m.step} -> {m.value}); key press to new text {1000 * took:.0f} ms; "
+          f"page {time.monotonic() - t0:.0f} s")

@@ -1,5 +1,7 @@
 """Plot functions return Figures whose artists carry the simulator's numbers."""
 
+import re
+
 from pypto_lab import simulate_matmul
 from pypto_lab.viz.views import plot_pipe_busy, plot_swimlane
 
@@ -26,6 +28,7 @@ def test_pipe_busy_bars_are_fractions_of_the_kernel():
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 
 import pypto_lab  # noqa: E402
 from pypto_lab.hw.chip import get_chip  # noqa: E402
@@ -165,17 +168,34 @@ def test_model_swimlane_numbers_910b_cores_chip_wide():
     assert fig.pypto_data["instructions"] >= int((vec.reports[0].instructions.core == 0).sum())
 
 
-def test_speedup_waterfall_has_a_bar_per_pass(small, resnet):
-    for rep in (small[3].report(), resnet.report()):
-        fig = views.plot_speedup_waterfall(rep)
+def test_speedup_waterfall_starts_at_level_0(small, resnet):
+    lvl0 = small[0].report()
+    for om in (small[1], small[3]):
+        rep = om.report()
+        fig = views.plot_speedup_waterfall(rep, level0=small[0])
         ax = fig.axes[0]
-        assert len(ax.patches) == len(rep.passes)
-        assert rep.passes[0].name == "map_ops"
-        first, last = ax.patches[0], ax.patches[-1]
-        assert first.get_height() == pytest.approx(rep.passes[0].latency_us)
-        assert f"{rep.passes[-1].latency_us:,.1f} us" in ax.get_title()
-        assert [t.get_text() for t in ax.get_xticklabels()] == [p.name for p in rep.passes]
-        assert last.get_y() <= rep.passes[-1].latency_us + 1e-9
+        assert len(ax.patches) == 1 + len(rep.passes)
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["level 0"] + [p.name for p in rep.passes]
+        assert ax.patches[0].get_height() == pytest.approx(lvl0.latency_us)
+        # the title's ratio is the level table's: level-0 latency / this level's
+        ratio = float(re.search(r"\(x([\d.]+)\)", ax.get_title()).group(1))
+        assert ratio == pytest.approx(lvl0.latency_us / rep.latency_us, abs=0.005)
+        assert f"{lvl0.latency_us:,.1f} -> {rep.latency_us:,.1f} us" in ax.get_title()
+        last = ax.patches[-1]
+        assert min(last.get_y(), last.get_y() + last.get_height()) <= rep.passes[-1].latency_us + 1e-9
+    # given the OptimizedModel alone, level 0 is worked out from the inputs it was captured with
+    fig = views.plot_speedup_waterfall(small[3])
+    assert fig.pypto_data["latency_us"][0] == pytest.approx(lvl0.latency_us)
+    # a level-0 report is its own start: its passes from map_ops on
+    fig0 = views.plot_speedup_waterfall(lvl0)
+    assert fig0.pypto_data["passes"] == [p.name for p in lvl0.passes]
+    rep = resnet.report()
+    with pytest.raises(ValueError, match="needs its level-0 start"):
+        views.plot_speedup_waterfall(rep)                       # a bare Report cannot be optimised again
+    with pytest.raises(ValueError, match="must be a level-0 report"):
+        views.plot_speedup_waterfall(small[3], level0=small[1])
+    with pytest.raises(ValueError, match="not the same run"):
+        views.plot_speedup_waterfall(rep, level0=small[0])
 
 
 def test_level_comparison_shows_every_level(small):
@@ -223,3 +243,53 @@ def test_plot_tiling_red_bar_and_error_text():
     colours = {lab.get_text(): p.get_facecolor() for lab, p in zip(fig.axes[0].get_yticklabels(), fig.axes[0].patches)}
     assert colours["L0A"][:3] != colours["L0C"][:3]
     assert any("does not fit L0A" in t.get_text() for t in fig.axes[1].texts)
+
+
+def _boxes_overlap(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_fusion_graph_opens_on_the_first_repeated_block(resnet, small):
+    assert views.repeated_blocks(resnet.graph)[:4] == ["layer1.0", "layer1.1", "layer1.2", "layer2.0"]
+    assert views.default_block(resnet.graph) == "layer1.0"
+    fig = views.plot_fusion_graph(resnet)
+    assert fig.pypto_block == "layer1.0" and "block layer1.0" in fig._suptitle.get_text()
+    whole = views.plot_fusion_graph(resnet, block=None)
+    assert whole.pypto_block is None and "whole model" in whole._suptitle.get_text()
+    assert len(whole.pypto_data[0]["nodes"]) > len(fig.pypto_data[0]["nodes"])
+    assert views.default_block(small[1].graph) is None          # a small model is drawn whole
+
+
+def test_fusion_graph_titles_never_overlap_the_plots(resnet):
+    for fig in (views.plot_fusion_graph(resnet, before=resnet), views.plot_fusion_graph(resnet, block=None)):
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        renderer = canvas.get_renderer()
+        sup = fig._suptitle.get_window_extent(renderer)
+        for ax in fig.axes:
+            assert not _boxes_overlap(sup, ax.get_window_extent(renderer))
+            assert not _boxes_overlap(sup, ax.title.get_window_extent(renderer))
+            assert not _boxes_overlap(ax.title.get_window_extent(renderer), ax.get_window_extent(renderer))
+
+
+def test_model_swimlane_kernel_labels_do_not_overlap(resnet):
+    rep = resnet.report()
+    fig = views.plot_model_swimlane(resnet, start_kernel=0, count=12)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    ax = fig.axes[0]
+    labels = [t for t in ax.texts if t.get_gid() == "kernel-label"]
+    assert len(labels) == len(fig.pypto_data["labels"]) >= 6
+    boxes = [t.get_window_extent(renderer) for t in labels]
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not _boxes_overlap(a, b)
+        assert not _boxes_overlap(a, ax.title.get_window_extent(renderer))
+    # each label starts with its kernel's index in the report, at the kernel's start
+    for t in labels:
+        index = int(t.get_text().split()[0])
+        assert rep.kernels[index].name in fig.pypto_data["kernels"]
+        assert t.get_position()[0] == pytest.approx(fig.pypto_data["starts_cycles"][index])
+    hidden = len(fig.pypto_data["kernels"]) - len(labels)
+    assert (f"{hidden} labels left out" in ax.get_title()) == bool(hidden)

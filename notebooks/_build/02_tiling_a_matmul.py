@@ -142,9 +142,12 @@ md("""
 ## 4 · The tiling explorer
 
 The explorer re-runs the simulator on every slider move: occupancy of each buffer against its
-capacity (red and the error text when illegal), cycles, Cube utilisation and the pipe swimlane of
-one core. It is live in Jupyter or Voilà; below it, static renderings of the same view for three
-tilings, so the notebook also reads on GitHub.
+capacity, cycles, Cube utilisation and the pipe swimlane of one core. Its sliders offer only what
+section 3's alignment and nesting rules allow: each step is the next well-formed tiling, and moving
+`m_l0` takes `m_l1` to the nearest multiple of it. What is left to break is capacity: a tiling that
+overflows lists every buffer it overflows, each with a size that fixes it, where the swimlane was.
+It is live in Jupyter or Voilà (a saved notebook shows a picture of it); below it, static
+renderings of the same view for three tilings.
 """)
 
 code("""
@@ -154,7 +157,13 @@ w
 
 code("""
 w.set(m_l0=128, m_l1=128, k_l0=64, k_l1=64, n_l0=128, n_l1=128)   # set the sliders from code, as a student would by hand
-print(w.cycles_label.value, "|", w.utilization_label.value, "|", w.occupancy_text)
+print(w.text)
+""")
+
+code("""
+w.set(m_l0=512, k_l0=128)   # m_l1 and k_l1 follow to multiples of them; L0A and L0C overflow
+print(w.text)
+w.set(m_l0=128, m_l1=128, k_l0=64, k_l1=64)
 """)
 
 code("""

@@ -216,14 +216,16 @@ Vector unit runs the fused kernel's fp32 arithmetic long enough that it becomes 
 while the primitives stay bound by their round trips, so the ratio is lower.
 
 A Vector kernel's tiling is a rows × columns tile of UB. The explorer below (live in Jupyter or
-Voilà) moves through the tilings of one fused LayerNorm; the static figure under it is the default tile.
+Voilà) moves through the tilings of one fused LayerNorm: its `cols` slider starts at the row (a
+LayerNorm needs the whole row in UB) and steps by 32 bytes; the static figure under it is the
+default tile.
 """)
 
 code("""
 from pypto_lab.viz.widgets import vector_tiling_explorer
 numel = BATCH * SEQ * cfg.hidden_size
 explorer = vector_tiling_explorer("layernorm", numel, row_len=cfg.hidden_size, chip="Ascend910B1")
-explorer.widget
+explorer
 """)
 
 code("""
@@ -281,13 +283,16 @@ This is why, on the 910A, BERT's level 2 is *slower* than level 1: the TransData
 it saves. (Levels 0–1 do not model layout at all; they charge matmuls as if their operands were
 already in the right format.) Level 3's tiling search wins part of it back.
 
-Pass by pass at level 3 on both chips:
+Pass by pass at level 3 on both chips. The waterfall starts from the level-0 latency, as the
+table of section 1 does, so its ratio is that table's level-3 speedup. Its first step, to the graph
+after `map_ops` alone, undoes what level 0 does after `map_ops` (decomposing the composites,
+naive tilings); `decompose` then puts the primitives back, and the fusion passes fuse them:
 """)
 
 code("""
 for chip in CHIPS:
     print(f"{chip}: " + ", ".join(f"{p.name} {p.latency_us:,.0f}" for p in reps[chip][3].passes))
-views.plot_speedup_waterfall(reps["Ascend910A"][3])
+views.plot_speedup_waterfall(reps["Ascend910A"][3], level0=reps["Ascend910A"][0])
 """)
 
 code("""
@@ -332,8 +337,8 @@ md("""
 channel once, activations per tensor **at run time** (a scale from the tensor's max |x|). The
 runtime computes int8 × int8 with int32 accumulation and dequantises. The report below compares
 mean-pooled sentence embeddings of the 64 sentences in `datasets/sentences/` against fp32, and
-simulates the model at batch 8 × 128 on the 910B1. (It runs the real model on the CPU twice, so
-this cell takes the better part of a minute.)
+simulates the model at batch 8 × 128 on the 910B1. (It runs the real model on the CPU twice: about
+ten seconds on two cores.)
 """)
 
 code("""

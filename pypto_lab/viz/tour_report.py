@@ -240,7 +240,9 @@ def build_figures(results: list[WalkthroughResult]) -> dict[str, str]:
         figs[f"{label}: levels"] = _png(figure_levels(label, res))
         for chip, reports in res.reports.items():
             last = reports[-1]
-            fig = _views_figure("plot_speedup_waterfall", last) or figure_waterfall(label, chip, last)
+            # from level 0, so the waterfall's ratio is the level table's
+            fig = (_views_figure("plot_speedup_waterfall", last, level0=reports[0])
+                   or figure_waterfall(label, chip, last))
             figs[f"{label} on {chip}: pass by pass"] = _png(fig)
             fig = _views_figure("plot_roofline", last) or figure_roofline(label, chip, last)
             figs[f"{label} on {chip}: roofline"] = _png(fig)

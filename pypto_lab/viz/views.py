@@ -8,6 +8,7 @@ from __future__ import annotations
 import textwrap
 
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from ..analysis.memory_plan import memory_plan
@@ -204,31 +205,78 @@ def _draw_graph(ax, graph, block, declined: dict[str, str], title: str) -> dict:
     return {"nodes": [n.name for n in nodes], "groups": fused, "declined": shown, "pos": pos}
 
 
-def plot_fusion_graph(optimized_or_graph, before=None, block: str | None = None) -> Figure:
+def repeated_blocks(graph) -> list[str]:
+    """The model's repeated blocks, in graph order: module paths that end in a number and have
+    numbered siblings (``layer1.0``, ``layer1.1``, ... for ResNet; ``encoder.layer.0``, ... for
+    BERT). Only the outermost numbered level counts: ``layer1.0.downsample.0`` is part of
+    ``layer1.0``."""
+    mods = [n.module for n in graph.nodes if n.module and not n.is_view]
+    numbered: dict[str, set[str]] = {}  # parent path -> its numbered children
+    for m in mods:
+        parts = m.split(".")
+        for j, part in enumerate(parts):
+            if part.isdigit():
+                numbered.setdefault(".".join(parts[:j]), set()).add(part)
+    blocks: list[str] = []
+    for m in mods:
+        parts = m.split(".")
+        for j, part in enumerate(parts):
+            if part.isdigit() and len(numbered[".".join(parts[:j])]) > 1:
+                block = ".".join(parts[:j + 1])
+                if block not in blocks:
+                    blocks.append(block)
+                break
+    return blocks
+
+
+WHOLE_MODEL_OPS = 60  # up to this many drawn ops, the fusion graph shows the whole model by default
+
+
+def default_block(graph) -> str | None:
+    """The block `plot_fusion_graph` zooms to by default: None (the whole model) for a graph of
+    at most `WHOLE_MODEL_OPS` drawn ops, else the first repeated block with more than one op
+    ("layer1.0" for ResNet-50, "encoder.layer.0" for BERT), else None."""
+    drawn = [n for n in graph.nodes if not n.is_view]
+    if len(drawn) <= WHOLE_MODEL_OPS:
+        return None
+    for block in repeated_blocks(graph):
+        if sum(_in_block(n, block) for n in drawn) > 1:
+            return block
+    return None
+
+
+def plot_fusion_graph(optimized_or_graph, before=None, block: str | None = "auto") -> Figure:
     """The model's graph after the passes (and ``before`` them, e.g. the level-0 graph, as a
     second panel on the left): ops at their topological depth, fused kernels coloured and boxed,
-    fusions a pass declined marked with a red x and the pass note's reason. ``block`` zooms to
-    the ops of one module prefix ("layer1.0": one ResNet bottleneck; "encoder.layer.0": one BERT
-    layer). ``fig.pypto_data`` holds, per panel, the nodes, fused groups and declines drawn."""
+    fusions a pass declined marked with a red x and the pass note's reason.
+
+    ``block`` zooms to the ops of one module prefix ("layer1.0": one ResNet bottleneck;
+    "encoder.layer.0": one BERT layer). The default, ``"auto"``, is `default_block`: the first
+    repeated block of a large model, the whole of a small one; ``None`` draws the whole model.
+    ``fig.pypto_data`` holds, per panel, the nodes, fused groups and declines drawn, and
+    ``fig.pypto_block`` the block drawn (None: the whole model)."""
     graph, report, _ = _unwrap(optimized_or_graph)
     if graph is None:
         raise TypeError("plot_fusion_graph needs an OptimizedModel or a Graph (a Report has no graph)")
+    if block == "auto":
+        block = default_block(graph)
     declined = declined_fusions(report) if report is not None else {}
     panels = [(graph, declined, f"after level {report.level}" if report is not None else "after")]
     if before is not None:
         bgraph, breport, _ = _unwrap(before)
         panels.insert(0, (bgraph, {}, f"before (level {breport.level})" if breport is not None else "before"))
     if block is not None and not any(_in_block(n, block) for n in graph.nodes):
-        mods = sorted({n.module.rsplit(".", 1)[0] for n in graph.nodes if n.module})[:12]
-        raise ValueError(f"no op of the graph comes from module {block!r}; modules look like {', '.join(mods)}")
-    depth = max(len({graph_layout(g, block)["pos"][k][1] for k in graph_layout(g, block)["pos"]}) for g, _, _ in panels)
-    fig = Figure(figsize=(6.5 * len(panels), min(max(4.0, 0.32 * depth + 1.5), 60.0)))
+        mods = repeated_blocks(graph)[:12] or sorted({n.module.rsplit(".", 1)[0] for n in graph.nodes if n.module})[:12]
+        raise ValueError(f"no op of the graph comes from module {block!r}; blocks look like {', '.join(mods)}")
+    depth = max(len({d for _, d in graph_layout(g, block)["pos"].values()}) for g, _, _ in panels)
+    # constrained layout keeps the suptitle, the panel titles and the axes apart at any height
+    fig = Figure(figsize=(6.5 * len(panels), min(max(4.0, 0.32 * depth + 1.8), 60.0)), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     fig.pypto_data = [_draw_graph(ax, g, block, d, t) for ax, (g, d, t) in zip(axes, panels)]
+    fig.pypto_block = block
     name = getattr(graph, "model_name", "") or "model"
-    fig.suptitle(f"{name}" + (f", block {block}" if block else "") + ": kernels before and after fusion"
-                 if before is not None else f"{name}" + (f", block {block}" if block else "") + ": fused kernels")
-    fig.tight_layout()
+    where = f"block {block}" if block else "whole model"
+    fig.suptitle(f"{name}, {where}: " + ("kernels before and after fusion" if before is not None else "fused kernels"))
     return fig
 
 
@@ -443,7 +491,8 @@ def plot_model_swimlane(optimized, start_kernel: int = 0, count: int = 5, cores=
     if not window:
         raise ValueError(f"start_kernel {start_kernel} is past the model's {len(report.kernels)} kernels")
     cores = tuple(cores)
-    fig = Figure(figsize=(11, 1.2 + 1.9 * len(cores)))
+    fig = Figure(figsize=(11, 1.6 + 1.9 * len(cores)))
+    FigureCanvasAgg(fig)  # the kernel labels are placed by their rendered size
     ax = fig.add_subplot()
     starts = []
     t = 0.0
@@ -475,7 +524,6 @@ def plot_model_swimlane(optimized, start_kernel: int = 0, count: int = 5, cores=
                 drawn += n
             offset += r.cycles
         ax.axvline(spans[-1][1], color="black", linewidth=0.5, linestyle=":")
-        ax.text(spans[-1][1], -0.9, textwrap.shorten(k.name, 28), fontsize=6.5, rotation=0, va="bottom")
     ticks, labels = [], []
     for ci, core in enumerate(cores):
         if chip.split_cores:
@@ -486,49 +534,135 @@ def plot_model_swimlane(optimized, start_kernel: int = 0, count: int = 5, cores=
             ticks.append(ci * 8 + lane)
             labels.append(f"{core_name} {name}")
     ax.set_yticks(ticks, labels, fontsize=7)
-    ax.set_ylim(len(cores) * 8 - 0.5, -1.5)
+    ax.set_ylim(len(cores) * 8 - 0.5, -0.55 - LABEL_ROWS * LABEL_ROW_HEIGHT)
+    lo, hi = min(0.0, *(s[1] for s in spans)), max(s[2] for s in spans)  # two streams: a kernel may start earlier
+    ax.set_xlim(lo - 0.01 * (hi - lo), hi + 0.01 * (hi - lo))
     ax.set_xlabel(f"cycles from {origin:,.1f} us")
-    ax.set_title(f"{report.model} on {report.chip}, level {report.level}: kernels {window[0]}-{window[-1]}", fontsize=9)
-    fig.pypto_data = {"kernels": [s[0] for s in spans], "starts_cycles": [s[1] for s in spans],
-                      "ends_cycles": [s[2] for s in spans], "instructions": drawn}
+    title = f"{report.model} on {report.chip}, level {report.level}: kernels {window[0]}-{window[-1]}"
+    ax.set_title(title, fontsize=9)
     fig.tight_layout()
+    placed = _place_kernel_labels(ax, [(i, name, x0) for i, (name, x0, _) in zip(window, spans)])
+    hidden = len(spans) - len(placed)
+    if hidden:
+        ax.set_title(f"{title} ({hidden} labels left out: too short to label)", fontsize=9)
+    fig.pypto_data = {"kernels": [s[0] for s in spans], "starts_cycles": [s[1] for s in spans],
+                      "ends_cycles": [s[2] for s in spans], "instructions": drawn, "labels": placed}
     return fig
+
+
+LABEL_ROWS = 3           # rows of kernel labels above the lanes of the model swimlane
+LABEL_ROW_HEIGHT = 0.85  # in lanes
+
+
+def _short_name(name: str, limit: int = 30) -> str:
+    """A kernel name of at most ``limit`` characters: its operator and the end of its module path
+    (``Conv2D:layer1.0.downsample.0`` -> ``Conv2D:…downsample.0``)."""
+    if len(name) <= limit:
+        return name
+    op, _, path = name.rpartition(":")
+    head = f"{op}:…" if op and len(op) < limit // 2 else "…"
+    return head + path[-(limit - len(head)):]
+
+
+def _place_kernel_labels(ax, kernels) -> dict[int, str]:
+    """Label each kernel ``(index, name, start)`` at its start line, in the first of `LABEL_ROWS`
+    rows above the lanes where it does not touch the label before it: its index and short name,
+    else its index alone, else no label. Returns index -> text of the labels placed."""
+    renderer = ax.figure.canvas.get_renderer()
+    ends = [-np.inf] * LABEL_ROWS  # right edge (pixels) of the last label in each row
+    gap = 4.0
+    placed = {}
+    for index, name, x in sorted(kernels, key=lambda k: k[2]):
+        left = ax.transData.transform((x, 0))[0]
+        for text in (f"{index} {_short_name(name)}", f"{index}"):
+            row = next((r for r in range(LABEL_ROWS) if left >= ends[r] + gap), None)
+            if row is None:
+                continue
+            y = -0.55 - row * LABEL_ROW_HEIGHT
+            t = ax.text(x, y, text, fontsize=6.5, va="bottom", ha="left", gid="kernel-label", clip_on=False)
+            right = t.get_window_extent(renderer).x1
+            if right <= ax.bbox.x1 + 40:  # may run a little past the last cycle, not off the figure
+                ends[row] = right
+                placed[index] = text
+                break
+            t.remove()
+    return placed
 
 
 # ---- pass by pass, level by level ---------------------------------------------------------------
 
-def plot_speedup_waterfall(report) -> Figure:
-    """Latency after each pass (``report.passes``): the first bar is the latency after the first
-    pass, each later bar the change its pass made (green faster, red slower, grey unchanged)."""
+def level0_report(optimized, level0=None):
+    """The level-0 report of the model behind ``optimized`` (an OptimizedModel or a Report):
+    ``level0`` itself when given (a Report or OptimizedModel at level 0 of the same model, chip
+    and batch), ``optimized``'s own report when it is at level 0, else the model optimised again
+    at level 0 on the inputs it was captured with (same chip and precision)."""
+    graph, report, om = _unwrap(optimized)
+    report = _report_of(optimized)
+    if level0 is not None:
+        base = _report_of(level0)
+        if base.level != 0:
+            raise ValueError(f"level0 must be a level-0 report; this one is level {base.level}")
+        for what, a, b in (("model", base.model, report.model), ("chip", base.chip.name, report.chip.name),
+                           ("batch", base.batch, report.batch)):
+            if a != b:
+                raise ValueError(f"level0 is not the same run: its {what} is {a!r}, the report's is {b!r}")
+        return base
+    if report.level == 0:
+        return report
+    ep = getattr(graph, "exported_program", None)
+    inputs = getattr(ep, "example_inputs", None)
+    if om is None or inputs is None or inputs[1]:
+        raise ValueError(f"this level-{report.level} report needs its level-0 start: pass "
+                         "level0=optimize(model, inputs, chip=..., level=0) (or its report)")
+    from ..optimize import optimize
+
+    return optimize(om.model, tuple(inputs[0]), chip=report.chip, level=0, precision=report.precision).report()
+
+
+def plot_speedup_waterfall(report, level0=None) -> Figure:
+    """Latency from level 0 to the report's level, pass by pass. The first bar is the level-0
+    latency (`level0_report`: ``level0`` when given, else worked out), each later bar the change
+    one pass of the report's level made (green faster, red slower, grey unchanged). ``map_ops``'s
+    bar is the step from level 0 to the graph after ``map_ops`` alone: no composite decomposed
+    yet, and default tilings where level 0 has naive ones. The title's ratio is level-0 latency /
+    the report's latency: the speedup the level tables print. A level-0 report shows its own
+    passes from ``map_ops`` on."""
+    base = level0_report(report, level0)
     report = _report_of(report)
     steps = report.passes
     if not steps:
         raise ValueError("this report has no pass-by-pass record")
-    names = [p.name for p in steps]
-    lat = [p.latency_us for p in steps]
+    start = [] if report.level == 0 else [("level 0", base.latency_us)]
+    names = [n for n, _ in start] + [p.name for p in steps]
+    lat = [v for _, v in start] + [p.latency_us for p in steps]
     bottoms, heights, colours = [], [], []
     for i, v in enumerate(lat):
         if i == 0:
             bottoms.append(0.0)
             heights.append(v)
-            colours.append("#4c72b0")
+            colours.append("#8c8c8c" if start else "#4c72b0")
             continue
         prev = lat[i - 1]
         bottoms.append(min(prev, v))
         heights.append(max(abs(v - prev), lat[0] * 2e-3))
         colours.append("#55a868" if v < prev - 1e-9 else "#c44e52" if v > prev + 1e-9 else "#b0b0b0")
-    fig = Figure(figsize=(max(6, 0.7 * len(steps) + 2), 4))
+    fig = Figure(figsize=(max(6, 0.7 * len(names) + 2), 4), layout="constrained")
     ax = fig.add_subplot()
-    ax.bar(range(len(steps)), heights, bottom=bottoms, color=colours, edgecolor="black", linewidth=0.4)
+    ax.bar(range(len(names)), heights, bottom=bottoms, color=colours, edgecolor="black", linewidth=0.4)
     for i, v in enumerate(lat):
         ax.text(i, v, f"{v:,.0f}", ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(range(len(steps)), names, rotation=40, ha="right", fontsize=8)
+    ax.set_xticks(range(len(names)), names, rotation=40, ha="right", fontsize=8)
     ax.set_ylabel("latency us")
-    speedup = lat[0] / lat[-1] if lat[-1] else float("nan")
-    ax.set_title(f"{report.model} on {report.chip}, level {report.level}: {lat[0]:,.1f} -> {lat[-1]:,.1f} us "
-                 f"(x{speedup:.2f})", fontsize=9)
-    fig.pypto_data = {"passes": names, "latency_us": lat}
-    fig.tight_layout()
+    ax.set_ylim(0, max(lat) * 1.08)
+    head = f"{report.model} on {report.chip}"
+    if start:
+        speedup = base.latency_us / report.latency_us if report.latency_us else float("nan")
+        ax.set_title(f"{head}: level 0 -> level {report.level}, {base.latency_us:,.1f} -> {report.latency_us:,.1f} us "
+                     f"(x{speedup:.2f})", fontsize=9)
+        ax.set_xlabel(f"level 0, then the passes of level {report.level}", fontsize=8)
+    else:
+        ax.set_title(f"{head}: level 0 pass by pass, {lat[0]:,.1f} -> {lat[-1]:,.1f} us", fontsize=9)
+    fig.pypto_data = {"passes": names, "latency_us": lat, "level0_us": base.latency_us}
     return fig
 
 

@@ -32,6 +32,7 @@ RUNNER = ROOT / "scripts" / "run_pypto_example.py"
 _COUNT = re.compile(r"\[run_pypto_example\] (\d+) comparisons? with torch: (\d+) passed")
 _DIFF = re.compile(r"^\s+line\s+\d+\s+\S+\s+max\|diff\|=(\S+)")
 _FAILED = re.compile(r"\[run_pypto_example\] FAILED: (.*)")
+_FRAME = re.compile(r'^  File "([^"]+)", line (\d+), in \S+\n    (.+)$', re.M)
 
 
 def checkout_info(checkout: Path) -> dict:
@@ -79,6 +80,10 @@ def parse_output(text: str, returncode: int | None) -> dict:
         status = "fail"
         if failed:
             reason = failed.group(1).strip()
+            frames = _FRAME.findall(text)
+            if reason.endswith(":") and frames:  # a bare `assert x`: say where
+                path, line, code = frames[-1]
+                reason = f"{reason[:-1]} at {os.path.basename(path)}:{line}: {code.strip()}"
         elif total > passed:
             reason = f"{total - passed} of {total} comparisons failed"
         else:

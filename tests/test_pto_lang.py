@@ -164,7 +164,9 @@ def test_v02_annotations_dynamic_static_empty_and_return():
         k(x, x, x, x, torch.tensor(1.0))
     with pytest.raises(pypto.ShapeError, match="dtype pypto.DT_FP16, annotated pypto.DT_FP32"):
         k(x, x.half(), x, x, x)
-    assert pypto.Tensor[[pypto.StatusType.STATIC, 4], pypto.DT_FP16, "w"].spec_shape == (pypto.STATIC, 4)
+    ann = pypto.Tensor[[pypto.StatusType.STATIC, 4], pypto.DT_FP16, "w", pypto.TileOpFormat.TILEOP_NZ]
+    assert (ann.spec_shape, ann.spec_dtype, ann.name, ann.format) == ((pypto.STATIC, 4), pypto.DT_FP16, "w",
+                                                                     pypto.TileOpFormat.TILEOP_NZ)
 
 
 def test_bad_annotations_and_tensor_without_shape_inside_a_kernel_teach():

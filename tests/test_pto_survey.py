@@ -107,6 +107,9 @@ def test_parse_output_reads_the_runner_report():
     assert row == {"status": "fail", "passed": 2, "total": 3, "max_abs_diff": 2.5,
                    "reason": "1 of 3 comparisons failed"}
     assert mod.parse_output("", None)["status"] == "timeout"
+    bare = ('  File "/x/ex.py", line 7, in main\n    assert output_path\nAssertionError\n'
+            "[run_pypto_example] FAILED: AssertionError: \n")
+    assert mod.parse_output(bare, 1)["reason"] == "AssertionError at ex.py:7: assert output_path"
 
 
 def test_survey_refuses_a_folder_without_examples(tmp_path):

@@ -78,6 +78,7 @@ from .dtypes import (
                      DataType,
                      RunMode,
                      StatusType,
+                     TileOpFormat,
                      bytes_of,
 )
 from .errors import (
@@ -162,7 +163,7 @@ from .tensor import Tensor
 
 __all__ = [
     "frontend", "experimental", "jit", "JitKernel", "CompiledKernel", "RunResult", "RunMode", "Tensor", "DataType",
-    "DYNAMIC", "DYN", "STATIC", "StatusType", "PrecisionType", "CompStage",
+    "DYNAMIC", "DYN", "STATIC", "StatusType", "TileOpFormat", "PrecisionType", "CompStage",
     "DT_INT4", "DT_INT8", "DT_INT16", "DT_INT32", "DT_INT64", "DT_FP8", "DT_FP16", "DT_FP32", "DT_BF16", "DT_HF4",
     "DT_HF8", "DT_UINT8", "DT_UINT16", "DT_UINT32", "DT_UINT64", "DT_BOOL", "DT_DOUBLE", "DT_FP8E5M2", "DT_FP8E4M3",
     "DT_FP8E8M0", "DT_FP4_E2M1X2", "DT_FP4_E1M2X2", "DT_FP4_E2M1", "DT_FP4_E1M2", "bytes_of",

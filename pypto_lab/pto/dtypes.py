@@ -149,6 +149,15 @@ class _Static:
         return "pypto.STATIC"
 
 
+class TileOpFormat(enum.IntEnum):
+    """``pypto.TileOpFormat``: a tensor's layout in GM, ND (row-major) or NZ (the Cube's fractal
+    layout). Accepted in annotations and ``pypto.tensor(..., format=)`` and kept on the annotation;
+    pypto_lab holds every tensor as ND (recorded, not modelled)."""
+
+    TILEOP_ND = 0
+    TILEOP_NZ = 1
+
+
 class StatusType(enum.Enum):
     """``pypto.StatusType``: the dimension markers of an annotation (DYN, DYNAMIC, STATIC)."""
 

@@ -18,6 +18,7 @@ from .dtypes import (
     DataType,
     StatusType,
     SymbolicDim,
+    TileOpFormat,
     as_dtype,
     check_representable,
     dim_value,
@@ -205,7 +206,7 @@ class Tensor:
                 dtype = p
             elif isinstance(p, str):
                 name = p
-            elif p is not None and type(p).__name__ == "TileOpFormat":
+            elif isinstance(p, TileOpFormat):
                 fmt = p
             else:
                 raise TraceError(f"pypto.Tensor[{item!r}]: {p!r} is neither a shape, a dtype, a name nor a format. "

@@ -58,6 +58,8 @@ def test_option_of_the_wrong_type_names_option_value_type_and_fix():
         pypto.set_pass_options(vec_nbuffer_setting={-1: "2"})
     with pytest.raises(pypto.OptionError, match="compile_debug_mode"):
         pypto.set_debug_options(compile_debug_mode=True)  # a bool is not an int here
+    with pytest.raises(pypto.OptionError, match=r"runtime_options = \['run_mode'\] is not a dict.*Fix"):
+        pypto.options(runtime_options=["run_mode"])
 
 
 def test_unknown_option_suggests_the_close_name_or_the_right_section():

@@ -96,6 +96,8 @@ def _int(lo, hi, default=0, modelled=""):
 
 
 SETTING = "setting"
+# source: framework/src/interface/configs/tile_fwk_config_schema.json (types, ranges) and
+# tile_fwk_config.json (defaults) of the CANN PyPTO repository at commit 883e7df (2026-08-22)
 OPTIONS: dict[str, dict[str, Spec]] = {
     "pass": {
         "pg_parallel_lower_bound": _int(0, _I32, 20),

@@ -9,36 +9,76 @@ simulator; the outputs are computed with the NPU's numerics (`execute`). ``kerne
 `result.RunResult`) holds cycles, pipe busy time, buffer peaks, the fraction of peak and the
 Chrome trace; ``kernel.dump_stages(dir)`` writes the four stages as JSON. Mistakes raise the
 teaching errors of `errors`.
+
+The API follows the real framework at commit 883e7df (2026-08-22): every option of its
+configuration (`option_table`: checked by type, each modelled or recorded), the 24 dtypes of its
+DataType enum (`dtypes`), the v0.2 annotations (``pypto.Tensor([pypto.DYNAMIC, 32], pypto.DT_FP32)``,
+``Tensor([])``, ``Tensor()``, ``pypto.STATIC``), ``set_semantic_label``, ``PrecisionType``
+(`precision`) and the ``experimental`` namespace (`experimental`).
 """
 
-from . import frontend
+from . import experimental, frontend
 from .config import (
+                     get_codegen_options,
                      get_cube_tile_shapes,
+                     get_debug_options,
+                     get_host_options,
                      get_matrix_size,
+                     get_operation_options,
+                     get_options,
                      get_pass_options,
+                     get_runtime_options,
+                     get_semantic_label,
                      get_vec_tile_shapes,
+                     get_verify_options,
                      options,
                      reset_options,
+                     set_codegen_options,
                      set_cube_tile_shapes,
+                     set_debug_options,
+                     set_host_options,
                      set_matrix_size,
+                     set_operation_options,
+                     set_options,
                      set_pass_options,
+                     set_runtime_options,
+                     set_semantic_label,
                      set_vec_tile_shapes,
+                     set_verify_options,
 )
 from .control import cond, is_loop_begin, is_loop_end, loop, loop_unroll
 from .dtypes import (
                      DT_BF16,
                      DT_BOOL,
+                     DT_DOUBLE,
+                     DT_FP4_E1M2,
+                     DT_FP4_E1M2X2,
+                     DT_FP4_E2M1,
+                     DT_FP4_E2M1X2,
+                     DT_FP8,
+                     DT_FP8E4M3,
+                     DT_FP8E5M2,
+                     DT_FP8E8M0,
                      DT_FP16,
                      DT_FP32,
+                     DT_HF4,
+                     DT_HF8,
+                     DT_INT4,
                      DT_INT8,
                      DT_INT16,
                      DT_INT32,
                      DT_INT64,
                      DT_UINT8,
+                     DT_UINT16,
+                     DT_UINT32,
+                     DT_UINT64,
                      DYN,
                      DYNAMIC,
+                     STATIC,
                      DataType,
                      RunMode,
+                     StatusType,
+                     TileOpFormat,
                      bytes_of,
 )
 from .errors import (
@@ -47,9 +87,11 @@ from .errors import (
                      LoopError,
                      NoNPUError,
                      NoTileShapeError,
+                     NotModelledError,
                      OptionError,
                      PtoError,
                      ScalarReadError,
+                     SemanticLabelError,
                      ShapeError,
                      TileAlignmentError,
                      TileCapacityError,
@@ -114,14 +156,23 @@ from .ops import (
                      where,
                      zeros,
 )
+from .option_table import CompStage
+from .precision import PrecisionType
 from .result import RunResult
 from .tensor import Tensor
 
 __all__ = [
-    "frontend", "jit", "JitKernel", "CompiledKernel", "RunResult", "RunMode", "Tensor", "DataType", "DYNAMIC", "DYN",
-    "DT_FP16", "DT_BF16", "DT_FP32", "DT_INT8", "DT_INT16", "DT_INT32", "DT_INT64", "DT_UINT8", "DT_BOOL", "bytes_of",
+    "frontend", "experimental", "jit", "JitKernel", "CompiledKernel", "RunResult", "RunMode", "Tensor", "DataType",
+    "DYNAMIC", "DYN", "STATIC", "StatusType", "TileOpFormat", "PrecisionType", "CompStage",
+    "DT_INT4", "DT_INT8", "DT_INT16", "DT_INT32", "DT_INT64", "DT_FP8", "DT_FP16", "DT_FP32", "DT_BF16", "DT_HF4",
+    "DT_HF8", "DT_UINT8", "DT_UINT16", "DT_UINT32", "DT_UINT64", "DT_BOOL", "DT_DOUBLE", "DT_FP8E5M2", "DT_FP8E4M3",
+    "DT_FP8E8M0", "DT_FP4_E2M1X2", "DT_FP4_E1M2X2", "DT_FP4_E2M1", "DT_FP4_E1M2", "bytes_of",
     "set_vec_tile_shapes", "get_vec_tile_shapes", "set_cube_tile_shapes", "get_cube_tile_shapes",
-    "set_matrix_size", "get_matrix_size", "options", "set_pass_options", "get_pass_options", "reset_options",
+    "set_matrix_size", "get_matrix_size", "options", "set_options", "get_options", "reset_options",
+    "set_pass_options", "get_pass_options", "set_runtime_options", "get_runtime_options", "set_host_options",
+    "get_host_options", "set_codegen_options", "get_codegen_options", "set_verify_options", "get_verify_options",
+    "set_debug_options", "get_debug_options", "set_operation_options", "get_operation_options",
+    "set_semantic_label", "get_semantic_label",
     "loop", "loop_unroll", "cond", "is_loop_begin", "is_loop_end",
     "add", "sub", "mul", "div", "exp", "sqrt", "rsqrt", "reciprocal", "neg", "abs", "relu", "maximum", "minimum",
     "amax", "amin", "sum", "matmul", "transpose", "reshape", "cast", "view", "assemble", "tensor",
@@ -130,6 +181,6 @@ __all__ = [
     "min", "max", "concat", "expand_clone",
     "PtoError", "NoNPUError", "TileRankError", "TileAlignmentError", "TileCapacityError", "TileShapeError",
     "NoTileShapeError", "UnwrittenOutputError", "BroadcastError", "ShapeError", "DTypeError", "OptionError",
-    "LoopError", "ScalarReadError", "UnwrittenOutputWarning",
+    "LoopError", "ScalarReadError", "UnwrittenOutputWarning", "SemanticLabelError", "NotModelledError",
     "TraceError",
 ]

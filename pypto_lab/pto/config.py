@@ -1,6 +1,9 @@
 """Compile-time configuration of the PyPTO API: the tile shapes in force
-(``set_vec_tile_shapes`` / ``set_cube_tile_shapes`` and their getters) and the option scopes
-(``pypto.options(...)`` as a context manager or decorator, ``set_pass_options``).
+(``set_vec_tile_shapes`` / ``set_cube_tile_shapes`` and their getters), the option scopes
+(``pypto.options(...)`` as a context manager or decorator, ``set_options``, ``set_pass_options``,
+``set_runtime_options``, ``set_host_options``, ``set_codegen_options``, ``set_verify_options``,
+``set_debug_options``, ``set_operation_options`` and their getters; every option and what the lab
+does with it: `option_table`) and the semantic label (``set_semantic_label``).
 
 Tile shapes set inside a kernel apply to the operations traced after them; tile shapes set
 outside a kernel are the defaults a kernel starts with.
@@ -9,23 +12,19 @@ outside a kernel are the defaults a kernel starts with.
 from __future__ import annotations
 
 import functools
+import re
 import threading
 
 from ..hw.tiling import CubeTile
-from .errors import OptionError, TileShapeError
+from .errors import SemanticLabelError, TileShapeError
+from .option_table import OPTIONS, SECTIONS, check_options
 
-# pass options of the real framework (recorded, not modelled) and the lab's own
-REAL_PASS_OPTIONS = ("vec_nbuffer_setting", "cube_l1_reuse_setting", "cube_nbuffer_setting", "sg_set_scope",
-                     "auto_mix_partition", "sg_set_ooo_scope", "ooo_sched_mode", "sg_set_tunevf_mode")
+# the option names (their types, ranges and what pypto_lab does with each: option_table.py)
+REAL_PASS_OPTIONS = tuple(k for k in OPTIONS["pass"] if k != "double_buffer")
 LAB_PASS_OPTIONS = ("double_buffer",)  # pypto_lab: False gives every buffer one slot (no ping-pong)
-RUNTIME_OPTIONS = ("run_mode", "chip", "device_sched_mode", "stitch_function_max_num", "valid_shape_optimize",
-                   "ready_on_host_tensors", "device_sched_parallelism",
-                   # the real runtime's control-flow cache sizes: accepted and recorded, not modelled
-                   "cfgcache_device_task_num", "cfgcache_root_task_num", "cfgcache_leaf_task_num",
-                   "stitch_cfgcache_size")
-# host options of the real framework: accepted and recorded. "only_codegen" stops the real one
-# after code generation; in SIM mode pypto_lab always compiles, simulates and computes the outputs
-HOST_OPTIONS = ("only_codegen", "compile_stage")
+RUNTIME_OPTIONS = tuple(OPTIONS["runtime"])
+HOST_OPTIONS = tuple(OPTIONS["host"])
+_FUNC_HASH_ORDER = re.compile(r"^func\d+_\d+$")
 
 
 class _State(threading.local):
@@ -36,6 +35,10 @@ class _State(threading.local):
         self.enable_split_k = False
         self.matrix_size: list[int] | None = None
         self.pass_options: dict = {}
+        # runtime / host / codegen / verify / debug / operation options set by set_*_options,
+        # set_options or an options scope (pass options live in pass_options)
+        self.section_options: dict[str, dict] = {}
+        self.semantic_label: str | None = None
         self.trace = None  # the TraceContext being recorded, if any
 
 
@@ -113,20 +116,94 @@ def get_matrix_size():
 
 
 def check_pass_options(opts: dict | None) -> dict:
-    opts = dict(opts or {})
-    for key in opts:
-        if key not in REAL_PASS_OPTIONS + LAB_PASS_OPTIONS:
-            raise OptionError(f"pass option {key!r} is not known; known: {', '.join(REAL_PASS_OPTIONS + LAB_PASS_OPTIONS)}"
-                              " (the real options are recorded; 'double_buffer' is pypto_lab's switch for ping-pong)")
-    return opts
+    return check_options("pass", opts)
 
 
 def set_pass_options(**opts) -> None:
+    """``pypto.set_pass_options(enable_slice=True, vec_nbuffer_setting={-1: 2}, ...)``: every
+    pass option of the real framework (checked by type and range; see option_table)."""
     STATE.pass_options.update(check_pass_options(opts))
 
 
 def get_pass_options() -> dict:
     return dict(STATE.pass_options)
+
+
+def _setter(section: str):
+    def set_section_options(**opts) -> None:
+        STATE.section_options.setdefault(section, {}).update(check_options(section, opts))
+
+    def get_section_options() -> dict:
+        return dict(STATE.section_options.get(section, {}))
+
+    set_section_options.__name__ = f"set_{section}_options"
+    get_section_options.__name__ = f"get_{section}_options"
+    set_section_options.__doc__ = (f"``pypto.set_{section}_options(name=value, ...)``: {section} options for the "
+                                   "kernels traced from now on (checked by type and range; see option_table).")
+    get_section_options.__doc__ = f"The {section} options set so far (``pypto.get_{section}_options()``)."
+    return set_section_options, get_section_options
+
+
+set_runtime_options, get_runtime_options = _setter("runtime")
+set_host_options, get_host_options = _setter("host")
+set_codegen_options, get_codegen_options = _setter("codegen")
+set_verify_options, get_verify_options = _setter("verify")
+set_debug_options, get_debug_options = _setter("debug")
+set_operation_options, get_operation_options = _setter("operation")
+
+
+def set_options(codegen_options=None, host_options=None, pass_options=None, runtime_options=None,
+                verify_options=None, debug_options=None, operation_options=None, vec_tile_shapes=None,
+                cube_tile_shapes=None, conv_tile_shapes=None, matrix_size=None) -> None:
+    """``pypto.set_options(pass_options={...}, vec_tile_shapes=[...], ...)``: set several kinds of
+    options at once, from now on (as the real one, it starts a new scope)."""
+    given = {"codegen": codegen_options, "host": host_options, "pass": pass_options, "runtime": runtime_options,
+             "verify": verify_options, "debug": debug_options, "operation": operation_options}
+    checked = {sec: check_options(sec, v) for sec, v in given.items() if v is not None}
+    for sec, v in checked.items():
+        if sec == "pass":
+            STATE.pass_options.update(v)
+        else:
+            STATE.section_options.setdefault(sec, {}).update(v)
+    if vec_tile_shapes is not None:
+        set_vec_tile_shapes(*vec_tile_shapes)
+    if cube_tile_shapes is not None:
+        set_cube_tile_shapes(*cube_tile_shapes[:3], *(cube_tile_shapes[3:4]))
+    if matrix_size is not None:
+        set_matrix_size(matrix_size)
+
+
+def get_options() -> dict:
+    """Every option in force, keyed as the real framework's scope does ("pass.enable_slice", ...)."""
+    out = {f"pass.{k}": v for k, v in STATE.pass_options.items()}
+    for sec in SECTIONS:
+        out.update({f"{sec}.{k}": v for k, v in STATE.section_options.get(sec, {}).items()})
+    if STATE.vec_tile:
+        out["vec_tile_shapes"] = list(STATE.vec_tile)
+    if STATE.cube_tile is not None:
+        out["cube_tile_shapes"] = get_cube_tile_shapes()
+    if STATE.matrix_size is not None:
+        out["matrix_size"] = list(STATE.matrix_size)
+    return out
+
+
+def set_semantic_label(label: str) -> None:
+    """``pypto.set_semantic_label("attn_softmax")``: the operations traced after it carry this label
+    (in the Tensor Graph JSON as ``attrs.semantic_label``, in the Tile Graph's and ``last_run``'s
+    group names); the real framework also keys pass options ``*_by_label`` on it."""
+    if not isinstance(label, str):
+        raise SemanticLabelError(f"set_semantic_label({label!r}): the label is a {type(label).__name__}. Rule: a "
+                                 "semantic label is a str. Fix: pass a name such as 'attn_softmax'")
+    if _FUNC_HASH_ORDER.match(label):
+        raise SemanticLabelError(f"set_semantic_label({label!r}): the label has the form 'func<magic>_<order>', "
+                                 "which the real framework reserves for function-granularity pass settings "
+                                 "(vec_nbuffer_setting={'func123_0': 2}). Fix: choose another name, e.g. "
+                                 f"'{label}_label'")
+    STATE.semantic_label = label or None
+
+
+def get_semantic_label() -> str | None:
+    return STATE.semantic_label
 
 
 def reset_options() -> None:
@@ -136,33 +213,54 @@ def reset_options() -> None:
     STATE.enable_split_k = False
     STATE.matrix_size = None
     STATE.pass_options = {}
+    STATE.section_options = {}
+    STATE.semantic_label = None
 
 
 class options:
-    """``pypto.options(name=None, pass_options=..., vec_tile_shapes=..., cube_tile_shapes=...)``: a
-    scope of options, as a context manager (``with pypto.options(...):``) or a decorator. On exit
-    the previous tile shapes and pass options come back."""
+    """``pypto.options(name, codegen_options=, host_options=, pass_options=, runtime_options=,
+    verify_options=, operation_options=, debug_options=, vec_tile_shapes=, cube_tile_shapes=,
+    conv_tile_shapes=, matrix_size=)``: a scope of options, as a context manager
+    (``with pypto.options(...):``) or a decorator. Every option is checked when the scope is
+    made (option_table); on exit the previous tile shapes and options come back."""
 
-    def __init__(self, name: str | None = None, *, pass_options: dict | None = None, vec_tile_shapes=None,
-                 cube_tile_shapes=None, **others):
+    def __init__(self, name: str | None = "", codegen_options=None, host_options=None, pass_options=None,
+                 runtime_options=None, verify_options=None, operation_options=None, debug_options=None,
+                 vec_tile_shapes=None, cube_tile_shapes=None, conv_tile_shapes=None, matrix_size=None):
         self.name = name
         self.pass_options = check_pass_options(pass_options)
+        given = {"codegen": codegen_options, "host": host_options, "runtime": runtime_options,
+                 "verify": verify_options, "debug": debug_options, "operation": operation_options}
+        self.section_options = {sec: check_options(sec, v) for sec, v in given.items() if v}
         self.vec_tile_shapes = vec_tile_shapes
         self.cube_tile_shapes = cube_tile_shapes
-        self.others = others  # codegen/host/runtime options: recorded only
+        self.conv_tile_shapes = conv_tile_shapes  # recorded: pypto_lab has no convolution tiling
+        self.matrix_size = matrix_size
         self._saved: list = []
 
+    @property
+    def others(self) -> dict:
+        """The non-pass option sections of this scope ({"runtime_options": {...}, ...})."""
+        return {f"{sec}_options": v for sec, v in self.section_options.items()}
+
     def __enter__(self):
-        self._saved.append((STATE.vec_tile, STATE.cube_tile, STATE.cube_tile_raw, dict(STATE.pass_options)))
+        self._saved.append((STATE.vec_tile, STATE.cube_tile, STATE.cube_tile_raw, STATE.enable_split_k,
+                            STATE.matrix_size, dict(STATE.pass_options),
+                            {k: dict(v) for k, v in STATE.section_options.items()}))
         STATE.pass_options.update(self.pass_options)
+        for sec, v in self.section_options.items():
+            STATE.section_options.setdefault(sec, {}).update(v)
         if self.vec_tile_shapes is not None:
             set_vec_tile_shapes(*self.vec_tile_shapes)
         if self.cube_tile_shapes is not None:
-            set_cube_tile_shapes(*self.cube_tile_shapes[:3])
+            set_cube_tile_shapes(*self.cube_tile_shapes[:3], *(self.cube_tile_shapes[3:4]))
+        if self.matrix_size is not None:
+            set_matrix_size(self.matrix_size)
         return self
 
     def __exit__(self, *exc):
-        STATE.vec_tile, STATE.cube_tile, STATE.cube_tile_raw, STATE.pass_options = self._saved.pop()
+        (STATE.vec_tile, STATE.cube_tile, STATE.cube_tile_raw, STATE.enable_split_k, STATE.matrix_size,
+         STATE.pass_options, STATE.section_options) = self._saved.pop()
         return False
 
     def __call__(self, func):

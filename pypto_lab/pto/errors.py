@@ -60,6 +60,16 @@ class OptionError(PtoError):
     """An unknown option key or value."""
 
 
+class SemanticLabelError(OptionError):
+    """A semantic label (``pypto.set_semantic_label``) that is not a str or has the reserved form
+    ``func<magic>_<order>``."""
+
+
+class NotModelledError(PtoError, NotImplementedError):
+    """A name of the real API that pypto_lab accepts but does not model (an experimental op of the
+    real framework whose numerics or hardware path the lab has not built yet)."""
+
+
 class TraceError(PtoError):
     """Something the tracer cannot record (a Tensor annotation used as a value, a bad index)."""
 
@@ -86,5 +96,5 @@ class UnwrittenOutputWarning(PtoWarning):
 __all__ = [
     "PtoError", "NoNPUError", "TileRankError", "TileAlignmentError", "TileCapacityError", "TileShapeError",
     "NoTileShapeError", "UnwrittenOutputError", "BroadcastError", "ShapeError", "DTypeError", "OptionError",
-    "TraceError", "ScalarReadError", "LoopError", "PtoWarning", "UnwrittenOutputWarning",
+    "SemanticLabelError", "NotModelledError", "TraceError", "ScalarReadError", "LoopError", "PtoWarning", "UnwrittenOutputWarning",
 ]

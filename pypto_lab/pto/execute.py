@@ -125,8 +125,10 @@ def run_graph(graph: TensorGraph, args: list[torch.Tensor]) -> dict[int, torch.T
             env[n.id] = r if n.attrs["keepdim"] else r.squeeze(d)
         elif op == "cast":
             x = ins[0]
-            if dt.lab in _FLOAT:
+            if dt.lab in _FLOAT or dt.torch.is_floating_point:  # also fp64 and the 8-bit floats
                 env[n.id] = x.to(dt.torch)
+            elif dt.torch is torch.bool:
+                env[n.id] = x != 0
             else:
                 info = torch.iinfo(dt.torch)
                 env[n.id] = torch.round(_f32(x).double()).clamp(info.min, info.max).to(dt.torch)

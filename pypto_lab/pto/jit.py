@@ -21,9 +21,10 @@ from ..hw.simulator import simulate
 from . import config, ops
 from .blocks import BlockGraph, build_block_graph, n_core_ids
 from .dtypes import RunMode, SymbolicDim, bind_dims, from_torch
-from .errors import NoNPUError, OptionError, ShapeError, TraceError, UnwrittenOutputWarning
+from .errors import NoNPUError, ShapeError, TraceError, UnwrittenOutputWarning
 from .execute import run_graph
 from .graph import TensorGraph
+from .option_table import check_options
 from .result import RunResult
 from .schedule import ExecuteGraph, build_execute_graph
 from .tensor import Tensor, Trace, spec_matches
@@ -127,28 +128,33 @@ class JitKernel:
     def __init__(self, func, runtime_options=None, pass_options=None, **other_options):
         functools.update_wrapper(self, func)
         self.func = func
+        # read (and checked) at call time, as the real jit does: a caller may change the dict
         self.runtime_options = runtime_options if runtime_options is not None else {}
         self.pass_options = config.check_pass_options(pass_options)
-        self.other_options = other_options
-        host = other_options.get("host_options") or {}
-        for key in host:
-            if key not in config.HOST_OPTIONS:
-                raise OptionError(f"host option {key!r} is not known; known: {', '.join(config.HOST_OPTIONS)} "
-                                  "(recorded only: in SIM mode every call compiles, simulates and computes)")
-        self.signature = inspect.signature(func)
+        self.other_options = {k: check_options(k[:-len("_options")], v) if k.endswith("_options") and v else v
+                              for k, v in other_options.items()}
+        try:  # a module with `from __future__ import annotations` has its annotations as strings
+            self.signature = inspect.signature(func, eval_str=True)
+        except Exception:  # noqa: BLE001 - an annotation that does not evaluate: keep it as written
+            self.signature = inspect.signature(func)
         self._cache: dict = {}
         self.trace_count = 0
         self.last_run: RunResult | None = None
         self.last_compiled: CompiledKernel | None = None
 
     # ---- options ----
+    @property
+    def options(self) -> dict:
+        """The options this kernel was given, by section (checked; most are recorded only)."""
+        out = {"pass_options": dict(self.pass_options),
+               "runtime_options": check_options("runtime", self.runtime_options)}
+        out.update({k: v for k, v in self.other_options.items() if v})
+        return out
+
     def _chip(self) -> Chip:
-        opts = self.runtime_options
-        for key in opts:
-            if key not in config.RUNTIME_OPTIONS:
-                raise OptionError(f"runtime option {key!r} is not known; known: {', '.join(config.RUNTIME_OPTIONS)}")
-        mode = opts.get("run_mode", RunMode.SIM)
-        if mode in (RunMode.NPU, "npu", "NPU") or (isinstance(mode, int) and mode == 0):
+        opts = dict(config.STATE.section_options.get("runtime", {}))
+        opts.update(check_options("runtime", self.runtime_options))
+        if opts.get("run_mode", RunMode.SIM) == RunMode.NPU:
             raise NoNPUError("run_mode = RunMode.NPU: no NPU here: use RunMode.SIM (runtime_options={'run_mode': "
                              "pypto.RunMode.SIM}); pypto_lab runs kernels on its simulated chip")
         return get_chip(opts.get("chip", DEFAULT_CHIP))
@@ -203,7 +209,7 @@ class JitKernel:
     def _compile(self, chip: Chip, bound, tensors, bindings) -> CompiledKernel:
         t0 = time.perf_counter()
         st = config.STATE
-        saved = (st.vec_tile, st.cube_tile, st.cube_tile_raw, dict(st.pass_options), st.trace)
+        saved = (st.vec_tile, st.cube_tile, st.cube_tile_raw, dict(st.pass_options), st.trace, st.semantic_label)
         trace = Trace(self.func.__name__, chip)
         graph = trace.graph
         st.pass_options.update(self.pass_options)
@@ -234,7 +240,7 @@ class JitKernel:
                 warnings.warn(f"{self.func.__name__}: {problem}", UnwrittenOutputWarning, stacklevel=3)
             double_buffer = bool(st.pass_options.get("double_buffer", True))
         finally:
-            st.vec_tile, st.cube_tile, st.cube_tile_raw, st.pass_options, st.trace = saved
+            st.vec_tile, st.cube_tile, st.cube_tile_raw, st.pass_options, st.trace, st.semantic_label = saved
         tg = build_tile_graph(graph, chip, double_buffer)
         bg = build_block_graph(tg, chip)
         eg = build_execute_graph(tg, bg, chip, n_core_ids(chip))
@@ -262,9 +268,12 @@ class JitKernel:
 
 
 def jit(func=None, *, runtime_options=None, pass_options=None, host_options=None, codegen_options=None,
-        verify_options=None, debug_options=None):
-    """``@pypto.jit`` / ``@pypto.jit(runtime_options={...}, pass_options={...})``."""
+        verify_options=None, debug_options=None, new_ir: bool = True, create_new_logical_tensor: bool = False):
+    """``@pypto.jit`` / ``@pypto.jit(runtime_options={...}, pass_options={...})``. Every option is
+    checked (option_table); ``new_ir`` and ``create_new_logical_tensor`` (the real frontend's IR
+    switches) are recorded."""
     def wrap(f):
         return JitKernel(f, runtime_options, pass_options, host_options=host_options, codegen_options=codegen_options,
-                         verify_options=verify_options, debug_options=debug_options)
+                         verify_options=verify_options, debug_options=debug_options, new_ir=new_ir,
+                         create_new_logical_tensor=create_new_logical_tensor)
     return wrap(func) if func is not None else wrap

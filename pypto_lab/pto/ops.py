@@ -23,6 +23,7 @@ from .errors import (
     TileRankError,
     TraceError,
 )
+from .precision import PrecisionType, record
 from .tensor import Tensor, bind_operators, check_dtype_same, current_trace
 from .tiling import check_cube_tile, suggest_vec_tile
 
@@ -82,14 +83,14 @@ def broadcast_shapes(op: str, a, b) -> tuple[int, ...]:
 
 
 def _arith_check(op: str, *tensors) -> None:
-    """DT_INT64 / DT_UINT8 / DT_BOOL are storage only: the Vector unit has no arithmetic on them."""
+    """Only DT_FP16/BF16/FP32 and DT_INT8/16/32 compute: every other dtype is storage only."""
     for t in tensors:
         if isinstance(t, Tensor) and t.dtype is not None and t.dtype.lab in STORAGE_ONLY:
             raise DTypeError(
                 f"{op}: operand dtype {t.dtype!r} is storage only here. Rule: the Vector unit of the modelled chips "
-                "computes in DT_FP16, DT_BF16, DT_FP32, DT_INT16 or DT_INT32 (DT_INT64, DT_UINT8 and DT_BOOL can be "
-                "loaded, stored, cast, compared into and selected with pypto.where). Fix: "
-                f"pypto.cast(x, pypto.DT_FP32) (or DT_INT32) first")
+                "computes in DT_FP16, DT_BF16, DT_FP32, DT_INT8, DT_INT16 or DT_INT32 (the other dtypes, e.g. DT_INT64, "
+                "DT_UINT8/16/32/64, DT_BOOL, DT_DOUBLE and the 8-bit floats, can be loaded, stored, cast, compared into "
+                "and selected with pypto.where). Fix: pypto.cast(x, pypto.DT_FP32) (or DT_INT32) first")
 
 
 def _binary(op: str, a, b):
@@ -138,8 +139,8 @@ def mul(input, other):
     return _binary("mul", input, other)
 
 
-def div(input, other):
-    return _binary("div", input, other)
+def div(input, other, precision_type=PrecisionType.HIGH_PRECISION):
+    return record(_binary("div", input, other), precision_type, PrecisionType.HIGH_PRECISION, "div")
 
 
 def _minmax(op, a, b):
@@ -179,20 +180,20 @@ def _unary(op: str, x, float_only=True):
     return out
 
 
-def exp(input):
-    return _unary("exp", input)
+def exp(input, precision_type=PrecisionType.INTRINSIC):
+    return record(_unary("exp", input), precision_type, PrecisionType.INTRINSIC, "exp")
 
 
-def sqrt(input):
-    return _unary("sqrt", input)
+def sqrt(input, precision_type=PrecisionType.INTRINSIC):
+    return record(_unary("sqrt", input), precision_type, PrecisionType.INTRINSIC, "sqrt")
 
 
-def rsqrt(input):
-    return _unary("rsqrt", input)
+def rsqrt(input, precision_type=PrecisionType.INTRINSIC):
+    return record(_unary("rsqrt", input), precision_type, PrecisionType.INTRINSIC, "rsqrt")
 
 
-def reciprocal(input):
-    return _unary("reciprocal", input)
+def reciprocal(input, precision_type=PrecisionType.HIGH_PRECISION):
+    return record(_unary("reciprocal", input), precision_type, PrecisionType.HIGH_PRECISION, "reciprocal")
 
 
 def neg(input):
@@ -374,11 +375,18 @@ def assemble(input, offsets, out=None, parallel=False):
     return None
 
 
-def tensor(shape, dtype=DT_FP32, name: str = "", format=None):
-    """A new tensor in GM (inside a kernel: a buffer to write with assemble / slice assignment)."""
+def tensor(shape=None, dtype=None, name: str = "", format=None, data_ptr=None, device=None, ori_shape=None):
+    """A new tensor in GM (inside a kernel: a buffer to write with assemble / slice assignment).
+    Outside a kernel it is an annotation as ``pypto.Tensor(shape, dtype)`` (``pypto.tensor()``: any
+    shape and dtype)."""
     tr = config.STATE.trace
     if tr is None:
-        return Tensor(shape, dtype, name)
+        return Tensor(shape, dtype, name, format, data_ptr, device, ori_shape)
+    if shape is None:
+        raise ShapeError("pypto.tensor() inside a kernel has no shape. Rule: a tensor made while tracing is a GM "
+                         "buffer of a given shape (pypto.tensor() without arguments is an annotation only). Fix: "
+                         "pypto.tensor([m, n], pypto.DT_FP32)")
+    dtype = DT_FP32 if dtype is None else dtype
     shape = [dim_value(s) if not isinstance(s, int) else s for s in shape]
     return tr.new("alloc", [], shape, as_dtype(dtype), {"name": name or ""})
 
@@ -468,9 +476,9 @@ def sigmoid(input):
     return _unary("sigmoid", input)
 
 
-def log(input):
+def log(input, precision_type=PrecisionType.INTRINSIC):
     """Natural logarithm (VLN)."""
-    return _unary("log", input)
+    return record(_unary("log", input), precision_type, PrecisionType.INTRINSIC, "log")
 
 
 def expm1(input):
@@ -508,9 +516,13 @@ def round(input, decimals: int = 0):
     return _unary("round", input)
 
 
-def pow(input, exponent):
+def pow(input, exponent, precision_type=PrecisionType.HIGH_PRECISION):
     """``input ** exponent`` for a tensor and a tensor or Python scalar (VLN, VMUL(S), VEXP; a scalar
     exponent 2 is one VMUL)."""
+    return record(_pow(input, exponent), precision_type, PrecisionType.HIGH_PRECISION, "pow")
+
+
+def _pow(input, exponent):
     if isinstance(exponent, _SCALAR):
         if isinstance(input, _SCALAR):
             return input ** exponent

@@ -68,7 +68,9 @@ class RunResult:
                        "ts": float(tl.start[i]) / mhz, "dur": float(dur),
                        "args": {"start_cycle": float(tl.start[i]), "end_cycle": float(tl.end[i])}})
         return {"traceEvents": ev, "displayTimeUnit": "ns",
-                "otherData": {"kernel": self.name, "chip": self.chip, "cycles": self.cycles}}
+                "otherData": {"kernel": self.name, "chip": self.chip, "cycles": self.cycles,
+                              # each group's ops and semantic labels ("exp+sum [softmax]")
+                              "groups": [g["ops"] for g in self.groups]}}
 
     def export_chrome_trace(self, path) -> str:
         """Write the swimlane (chrome://tracing, Perfetto) atomically; returns the path."""

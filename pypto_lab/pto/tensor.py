@@ -11,7 +11,18 @@ import sys
 import numpy as np
 
 from . import config
-from .dtypes import DYNAMIC, DataType, SymbolicDim, as_dtype, dim_value
+from .dtypes import (
+    CONVERTIBLE_SET,
+    DYNAMIC,
+    STATIC,
+    DataType,
+    StatusType,
+    SymbolicDim,
+    TileOpFormat,
+    as_dtype,
+    check_representable,
+    dim_value,
+)
 from .errors import DTypeError, ScalarReadError, ShapeError, TraceError, UnwrittenOutputError
 from .graph import TensorGraph
 
@@ -39,6 +50,10 @@ class Trace:
 
     def new(self, op, inputs, shape, dtype, attrs=None, vec=False, cube=False) -> Tensor:
         st = config.STATE
+        if dtype is not None and dtype not in CONVERTIBLE_SET:
+            check_representable(dtype, f"pypto.{op}'s result")
+        if st.semantic_label:
+            attrs = dict(attrs or {}, semantic_label=st.semantic_label)
         node = self.graph.add(op, inputs, shape, dtype, attrs, st.vec_tile if vec else None,
                               st.cube_tile if cube else None, "/".join(self.loops), _where())
         return Tensor._bound(self, node.id)
@@ -158,11 +173,13 @@ class Tensor:
 
     __slots__ = ("spec_shape", "spec_dtype", "name", "format", "_trace", "_id")
 
-    def __init__(self, shape=None, dtype=None, name: str = "", format=None):
-        # Tensor(), Tensor[...] and Tensor[[...], dtype]: any shape
-        if shape is Ellipsis or (isinstance(shape, (list, tuple)) and len(shape) == 1 and shape[0] is Ellipsis):
-            shape = None
-        self.spec_shape = None if shape is None else tuple(shape)
+    def __init__(self, shape=None, dtype=None, name: str = "", format=None, data_ptr=None, device=None,
+                 ori_shape=None):
+        # the v0.2 annotations (python/pypto/tensor.py at 883e7df): Tensor(), Tensor([]), Tensor(...),
+        # Tensor([...]): any shape; Tensor([pypto.DYNAMIC, 32]) / Tensor([pypto.STATIC, ...]): one entry per
+        # dimension (DYNAMIC / DYN: any size; STATIC: the size of the first call, fixed at compile time; an
+        # int: that size; a trailing ...: any further dimensions)
+        self.spec_shape = _annotation_shape(shape)
         self.spec_dtype = None if dtype is None else as_dtype(dtype)
         self.name = name
         self.format = format
@@ -170,19 +187,32 @@ class Tensor:
         self._id = None
 
     def __class_getitem__(cls, item):
+        """``Tensor[...]``, ``Tensor[[shape], dtype]``, ``Tensor[dtype]``, and as the real one also a
+        format, a name (str) and a dict of them in any order."""
         if item is Ellipsis:
             return cls()
-        if isinstance(item, tuple):
-            if len(item) == 2 and isinstance(item[0], (list, tuple)):
-                return cls(item[0], item[1])
-            if len(item) == 2 and isinstance(item[1], (DataType,)) and item[0] is Ellipsis:
-                return cls(None, item[1])
-            return cls(item)
-        if isinstance(item, list):
-            return cls(item)
-        if isinstance(item, DataType):
-            return cls(None, item)
-        raise TraceError(f"pypto.Tensor[{item!r}]: write Tensor[...], Tensor[[shape], dtype] or Tensor(shape, dtype)")
+        params = item if isinstance(item, tuple) else (item,)
+        if isinstance(item, tuple) and not any(isinstance(p, (list, tuple, DataType, dict, str)) for p in params):
+            return cls(item)  # Tensor[4, 8]: a shape written without brackets
+        shape = dtype = fmt = None
+        name = ""
+        for p in params:
+            if isinstance(p, dict):
+                shape, dtype = p.get("shape", shape), p.get("dtype", dtype)
+                name, fmt = p.get("name", name), p.get("format", fmt)
+            elif isinstance(p, (list, tuple)) or p is Ellipsis:
+                shape = p
+            elif isinstance(p, DataType):
+                dtype = p
+            elif isinstance(p, str):
+                name = p
+            elif isinstance(p, TileOpFormat):
+                fmt = p
+            else:
+                raise TraceError(f"pypto.Tensor[{item!r}]: {p!r} is neither a shape, a dtype, a name nor a format. "
+                                 "Rule: write Tensor[...], Tensor[[shape], dtype] or Tensor(shape, dtype). Fix: e.g. "
+                                 "pypto.Tensor[[pypto.DYNAMIC, 32], pypto.DT_FP32]")
+        return cls(shape, dtype, name, fmt)
 
     @classmethod
     def _bound(cls, trace: Trace, tid: int) -> Tensor:
@@ -405,12 +435,12 @@ class Tensor:
         return _ops().ge(self, o)
 
     # ---- methods mirroring the functions ----
-    def exp(self):
-        return _ops().exp(self)
-    def sqrt(self):
-        return _ops().sqrt(self)
-    def rsqrt(self):
-        return _ops().rsqrt(self)
+    def exp(self, precision_type=None):
+        return _ops().exp(self, precision_type)
+    def sqrt(self, precision_type=None):
+        return _ops().sqrt(self, precision_type)
+    def rsqrt(self, precision_type=None):
+        return _ops().rsqrt(self, precision_type)
     def abs(self):
         return _ops().abs(self)
     def sum(self, dim=-1, keepdim=False):
@@ -429,23 +459,54 @@ class Tensor:
         return _ops().cast(self, dtype)
     def sigmoid(self):
         return _ops().sigmoid(self)
-    def log(self):
-        return _ops().log(self)
+    def log(self, precision_type=None):
+        return _ops().log(self, precision_type)
     def softmax(self, dim=-1):
         return _ops().softmax(self, dim)
     def expand_clone(self, shape, *, valid_shape=None):
         return _ops().expand_clone(self, shape, valid_shape=valid_shape)
 
 
+_STATUS = {"DYN": DYNAMIC, "DYNAMIC": DYNAMIC, "STATIC": STATIC}
+
+
+def _annotation_shape(shape):
+    """The annotation's shape: None (any) or a tuple of ints, DYNAMIC, STATIC, SymbolicDim, ending
+    with Ellipsis when further dimensions may follow."""
+    if shape is None or shape is Ellipsis:
+        return None
+    if isinstance(shape, int) and not isinstance(shape, bool):
+        shape = (shape,)
+    if not isinstance(shape, (list, tuple)):
+        raise TraceError(f"pypto.Tensor({shape!r}, ...): the shape is a {type(shape).__name__}. Rule: an annotation's "
+                         "shape is a list of ints, pypto.DYNAMIC, pypto.STATIC or named dynamic dims (a trailing ... "
+                         "for any further ones). Fix: e.g. pypto.Tensor([pypto.DYNAMIC, 32], pypto.DT_FP32)")
+    dims = tuple(_STATUS.get(d.value, d) if isinstance(d, StatusType) else d for d in shape)
+    if not dims or dims == (Ellipsis,):
+        return None  # Tensor([]) and Tensor([...]): any shape, as in the real frontend
+    for i, d in enumerate(dims):
+        ok = (d is DYNAMIC or d is STATIC or isinstance(d, SymbolicDim) or (d is Ellipsis and i == len(dims) - 1)
+              or (isinstance(d, int) and not isinstance(d, bool) and d >= 0) or hasattr(d, "__index__"))
+        if not ok:
+            raise TraceError(f"pypto.Tensor({list(shape)!r}, ...): entry {i} = {d!r} is not a dimension. Rule: each "
+                             "entry is an int >= 0, pypto.DYNAMIC, pypto.STATIC or a named dynamic dim; only the last "
+                             "may be ... Fix: e.g. pypto.Tensor([pypto.STATIC, ...], pypto.DT_FP32)")
+    return dims
+
+
 def spec_matches(spec: Tensor, shape, dtype: DataType) -> str | None:
     """Why a torch argument does not match its annotation (None if it does)."""
     if spec.spec_dtype is not None and spec.spec_dtype is not dtype:
         return f"dtype {dtype!r}, annotated {spec.spec_dtype!r}"
-    if spec.spec_shape is not None:
-        if len(spec.spec_shape) != len(shape):
-            return f"rank {len(shape)} (shape {list(shape)}), annotated rank {len(spec.spec_shape)} {list(spec.spec_shape)}"
-        for d, (a, s) in enumerate(zip(spec.spec_shape, shape)):
-            if a is DYNAMIC or isinstance(a, SymbolicDim):
+    dims = spec.spec_shape
+    if dims is not None:
+        open_end = dims[-1] is Ellipsis
+        fixed = dims[:-1] if open_end else dims
+        if (len(shape) < len(fixed)) if open_end else (len(fixed) != len(shape)):
+            want = f"at least {len(fixed)}" if open_end else str(len(fixed))
+            return f"rank {len(shape)} (shape {list(shape)}), annotated rank {want} {list(dims)}"
+        for d, (a, s) in enumerate(zip(fixed, shape)):
+            if a is DYNAMIC or a is STATIC or isinstance(a, SymbolicDim):
                 continue
             if int(a) != int(s):
                 return f"size {s} on dimension {d}, annotated {a}"

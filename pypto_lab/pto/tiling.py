@@ -122,11 +122,18 @@ class Group:
     bias_bytes: int = 0                          # bytes of one bias element (0: no bias_tensor)
 
     def label(self, graph: TensorGraph) -> str:
-        return "+".join(graph.nodes[i].op for i in self.nodes) or self.kind
+        """The group's ops ("exp+sum"), then its semantic labels (pypto.set_semantic_label) in brackets."""
+        ops = "+".join(graph.nodes[i].op for i in self.nodes) or self.kind
+        labels = dict.fromkeys(graph.nodes[i].attrs.get("semantic_label") for i in self.nodes)
+        labels.pop(None, None)
+        return f"{ops} [{', '.join(labels)}]" if labels else ops
 
     def to_json(self, graph: TensorGraph) -> dict:
         d = {"id": self.id, "kind": self.kind, "ops": [graph.nodes[i].op for i in self.nodes], "nodes": self.nodes,
              "deps": sorted(self.deps)}
+        labels = [lb for lb in dict.fromkeys(graph.nodes[i].attrs.get("semantic_label") for i in self.nodes) if lb]
+        if labels:
+            d["semantic_labels"] = labels
         if self.kind == "cube":
             d.update({"batch": self.batch, "m": self.m, "k": self.kk, "n": self.n, "dtype": self.in_dtype,
                       "out_dtype": self.out_dtype, "cube_tile": [list(x) for x in self.cube_tile.as_pypto()],

@@ -1,0 +1,51 @@
+"""``pypto.experimental``: the real framework's experimental namespace (python/pypto/experimental
+at 883e7df), as far as pypto_lab models it.
+
+* ``set_operation_options(combine_axis=...)`` / ``get_operation_options()``: checked and recorded
+  (option_table).
+* ``transposed_batchmatmul(a (M, B, K), b (B, K, N), out_dtype)``: ``(a.transpose(0, 1) @ b)
+  .transpose(0, 1)``, traced as those three ops (a transpose on the Vector unit each side of a
+  batched matmul; the real op reads and writes the (M, B, ...) layout with strided moves instead,
+  so its cost here is an upper bound).
+* ``online_softmax``, ``online_softmax_update``, ``nop``, ``gather_in_l1``, ``gather_in_ub``,
+  ``shmem_load``, ``shmem_store``: names of the real namespace that pypto_lab does not model yet;
+  calling one raises `NotModelledError` saying so.
+"""
+
+from __future__ import annotations
+
+from . import ops
+from .config import get_operation_options, set_operation_options
+from .errors import NotModelledError, ShapeError
+
+NOT_MODELLED = ("online_softmax", "online_softmax_update", "nop", "gather_in_l1", "gather_in_ub", "shmem_load",
+                "shmem_store")
+
+
+def transposed_batchmatmul(tensor_a, tensor_b, out_dtype):
+    """(M, B, K) x (B, K, N) -> (M, B, N): a batched matmul over the middle axis of ``tensor_a``."""
+    a, b = ops._tensor(tensor_a, "transposed_batchmatmul"), ops._tensor(tensor_b, "transposed_batchmatmul")
+    if a.ndim != 3 or b.ndim != 3 or a.shape[1] != b.shape[0] or a.shape[2] != b.shape[1]:
+        raise ShapeError(f"experimental.transposed_batchmatmul: shapes {list(a.shape)} and {list(b.shape)}. Rule: "
+                         "tensor_a is (M, B, K) and tensor_b (B, K, N) with the same B and K. Fix: transpose or "
+                         "reshape the operands to those layouts")
+    out = ops.matmul(ops.transpose(a, 0, 1), b, out_dtype)
+    return ops.transpose(out, 0, 1)
+
+
+def _not_modelled(name: str):
+    def op(*args, **kwargs):
+        raise NotModelledError(
+            f"pypto.experimental.{name}: pypto_lab does not model this experimental op of the real framework yet. "
+            f"Rule: the modelled experimental names are transposed_batchmatmul, set_operation_options and "
+            f"get_operation_options. Fix: write it with the modelled ops (e.g. amax/exp/sum for online_softmax), "
+            "or run this kernel on the real framework")
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = "Not modelled by pypto_lab: raises NotModelledError."
+    return op
+
+
+for _name in NOT_MODELLED:
+    globals()[_name] = _not_modelled(_name)
+
+__all__ = ["set_operation_options", "get_operation_options", "transposed_batchmatmul", *NOT_MODELLED]

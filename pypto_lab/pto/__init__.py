@@ -7,7 +7,8 @@ into tiles by the tile shapes in force (`tiling`: the Tile Graph), deals the til
 (`schedule`: the Execute Graph), caches the result per input signature and runs it on the event
 simulator; the outputs are computed with the NPU's numerics (`execute`). ``kernel.last_run`` (a
 `result.RunResult`) holds cycles, pipe busy time, buffer peaks, the fraction of peak and the
-Chrome trace; ``kernel.dump_stages(dir)`` writes the four stages as JSON. Mistakes raise the
+Chrome trace; long loops stay loops (`loops`, with `SymbolicScalar` indices and tensor reads such
+as ``block_table[b, i]`` evaluated at run time); ``kernel.dump_stages(dir)`` writes the four stages as JSON. Mistakes raise the
 teaching errors of `errors`.
 """
 
@@ -51,6 +52,7 @@ from .errors import (
                      PtoError,
                      ScalarReadError,
                      ShapeError,
+                     SymbolicIndexError,
                      TileAlignmentError,
                      TileCapacityError,
                      TileRankError,
@@ -115,6 +117,7 @@ from .ops import (
                      zeros,
 )
 from .result import RunResult
+from .symbolic import SymbolicScalar, SymbolicValueError, symbolic_scalar
 from .tensor import Tensor
 
 __all__ = [
@@ -130,6 +133,7 @@ __all__ = [
     "min", "max", "concat", "expand_clone",
     "PtoError", "NoNPUError", "TileRankError", "TileAlignmentError", "TileCapacityError", "TileShapeError",
     "NoTileShapeError", "UnwrittenOutputError", "BroadcastError", "ShapeError", "DTypeError", "OptionError",
-    "LoopError", "ScalarReadError", "UnwrittenOutputWarning",
+    "LoopError", "ScalarReadError", "UnwrittenOutputWarning", "SymbolicIndexError", "SymbolicValueError",
+    "SymbolicScalar", "symbolic_scalar",
     "TraceError",
 ]

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import config
+from . import config, symbolic
 from .errors import LoopError
 from .graph import TensorGraph
 from .symbolic import SymbolicScalar, evaluate, hint_of
@@ -63,14 +63,16 @@ def record_guard(expr: SymbolicScalar, truth: bool) -> None:
     ids = expr.loop_ids()
     if not ids:
         return
-    from .tensor import _where
     for fr in reversed(frames()):
         if fr.node in ids:
             text = str(expr)
             if any(str(g[0]) == text for g in fr.guards):
                 return
-            fr.guards.append((expr, bool(expr.hint) if truth else int(expr.hint), truth, _where()))
+            fr.guards.append((expr, bool(expr.hint) if truth else int(expr.hint), truth, config.STATE.trace.where()))
             return
+
+
+symbolic.GUARD_HOOK = record_guard
 
 
 def guards_hold(guards, idx: dict, read=None):

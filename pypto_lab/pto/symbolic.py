@@ -46,6 +46,8 @@ def _vor(a, b):
     return np.logical_or(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else (a or b)
 
 
+GUARD_HOOK = None   # set by pypto_lab.pto.loops: records a hint used as a Python value as a guard
+
 _FN = dict(_BIN, min=_vmin, max=_vmax, **{"and": _vand, "or": _vor})
 
 
@@ -298,8 +300,8 @@ def _need_value(s: SymbolicScalar, what: str, truth: bool = False):
             "pypto.where, or read it in torch before the call and pass it as a Python argument")
     if s.hint is None:
         raise SymbolicValueError(f"{what} of {s}: the symbol has no value. Fix: pypto.SymbolicScalar(name, value)")
-    from . import loops  # the loop being traced records the guard
-    loops.record_guard(s, truth)
+    if GUARD_HOOK is not None:
+        GUARD_HOOK(s, truth)   # the loop being traced records the guard (pypto_lab.pto.loops)
     return s.hint
 
 

@@ -42,6 +42,11 @@ class Trace:
         self.sym_roots: set[int] = set()  # GM roots accessed at symbolic offsets (not checked at trace time)
         self.scalar_roots: set[int] = set()  # GM roots read element by element as SymbolicScalars
 
+    @staticmethod
+    def where() -> str:
+        """file:line of the user code being traced."""
+        return _where()
+
     def close_body(self, loop: int, lo: int, hi: int) -> None:
         self.bodies.append((lo, hi, loop))
 

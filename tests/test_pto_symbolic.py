@@ -121,6 +121,27 @@ def test_is_loop_begin_and_end_of_a_symbolic_loop():
     assert torch.equal(out[0], x[0] * 2) and torch.equal(out[1:], x[1:] * 3)
 
 
+def test_nested_symbolic_loops_pick_the_inner_class_per_outer_iteration():
+    @pypto.jit(runtime_options=SIM)
+    def k(x: pypto.Tensor, out: pypto.Tensor):
+        pypto.set_vec_tile_shapes(1, 64)
+        for i in pypto.loop(80, name="Lo", idx_name="i"):
+            for j in pypto.loop(70, name="Li", idx_name="j"):
+                r = i * 70 + j
+                if pypto.is_loop_begin(j):
+                    out[r:r + 1, :] = x[r:r + 1, :] * 2.0
+                else:
+                    out[r:r + 1, :] = x[r:r + 1, :] + 1.0
+    x = torch.randn(80 * 70, 64)
+    out = torch.empty_like(x)
+    k(x, out)
+    ref = x + 1
+    ref[::70] = x[::70] * 2
+    assert torch.equal(out, ref)
+    inner = next(lp for lp in k.last_run.loops if lp["loop"] == "Li")
+    assert [v["iterations"] for v in inner["variants"]] == [80, 80 * 69]
+
+
 def _paged_gather(n_blocks, block):
     @pypto.jit(runtime_options=SIM)
     def gather(cache: pypto.Tensor, block_table: pypto.Tensor([1, pypto.DYNAMIC], pypto.DT_INT32),

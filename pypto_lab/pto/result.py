@@ -56,8 +56,8 @@ class RunResult:
              f"{self.fraction_of_peak:.1%} {what}, {self.cores_used} cores")
         for lp in self.loops:
             sim = sum(v["simulated"] for v in lp["variants"])
-            s += (f"; loop {lp['loop']}: {lp['iterations']:,} iterations in {len(lp['variants'])} class(es), "
-                  f"{sim} simulated, the rest extrapolated")
+            rest = "all simulated" if sim >= lp["iterations"] else f"{sim:,} simulated, the rest extrapolated"
+            s += f"; loop {lp['loop']}: {lp['iterations']:,} iterations in {len(lp['variants'])} class(es), {rest}"
         return s
 
     __str__ = summary

@@ -128,17 +128,20 @@ class _Run:
         for k, var in enumerate(variants):
             hold = np.broadcast_to(np.asarray(guards_hold(var["guards"], vec), bool), its.shape)
             sel[(sel < 0) & hold] = k
-        for j, it in enumerate(its.tolist()):
-            self.idx[n.id] = it
-            v = int(sel[j])
-            if v < 0:
-                raise LoopError(f"pypto.loop {a['name']!r}: iteration {it}{self._at()} takes a path that was not "
-                                    "traced (its bounds or its enclosing loop's index differ from those traced). "
-                                    "Fix: make the condition depend only on this loop's index, or unroll a short "
-                                    "outer loop")
-            key = (n.id, v)
-            counts[key] = counts.get(key, 0) + 1
-            self.run(variants[v]["lo"], variants[v]["hi"])
+        if (sel < 0).any():
+            self.idx[n.id] = int(its[np.argmax(sel < 0)])
+            raise LoopError(f"pypto.loop {a['name']!r}: iteration {self.idx[n.id]}{self._at()} takes a path that was "
+                            "not traced (its bounds or its enclosing loop's index differ from those traced). Fix: "
+                            "make the condition depend only on this loop's index, or unroll a short outer loop")
+        for k, c in enumerate(np.bincount(sel, minlength=len(variants)).tolist()):
+            if c:
+                counts[(n.id, k)] = counts.get((n.id, k), 0) + c
+        ranges = [(var["lo"], var["hi"]) for var in variants]
+        idx, run, lid = self.idx, self.run, n.id
+        for it, v in zip(its.tolist(), sel.tolist()):
+            idx[lid] = it
+            lo, hi = ranges[v]
+            run(lo, hi)
         self.idx.pop(n.id, None)
 
 

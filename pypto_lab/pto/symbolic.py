@@ -202,8 +202,10 @@ class SymbolicScalar:
             return idx[self.args[0]]
         if k == "sym":
             if self.hint is None:
-                raise SymbolicValueError(f"symbol {self.name!r} has no value when the kernel runs. Fix: give it one "
-                                         f"(pypto.SymbolicScalar({self.name!r}, value)) or use a loop index")
+                raise SymbolicValueError(f"symbol {self.name!r} has no value when the kernel runs. Rule: pypto_lab "
+                                         "binds loop indices and tensor reads at run time, not free symbols. Fix: "
+                                         f"give it one (pypto.SymbolicScalar({self.name!r}, value)) or use a loop "
+                                         "index")
             return self.hint
         if k == "read":
             tid, ix = self.args
@@ -299,7 +301,9 @@ def _need_value(s: SymbolicScalar, what: str, truth: bool = False):
             "a view offset or a pypto.loop bound, combine with .min()/.max()), choose per element with "
             "pypto.where, or read it in torch before the call and pass it as a Python argument")
     if s.hint is None:
-        raise SymbolicValueError(f"{what} of {s}: the symbol has no value. Fix: pypto.SymbolicScalar(name, value)")
+        raise SymbolicValueError(f"{what} of {s}: the symbol has no value. Rule: Python needs a number here, and a "
+                                 "named symbol has one only if it was given one. Fix: pypto.SymbolicScalar(name, value), "
+                                 "or keep the expression symbolic (an offset, a loop bound, pypto.cond)")
     if GUARD_HOOK is not None:
         GUARD_HOOK(s, truth)   # the loop being traced records the guard (pypto_lab.pto.loops)
     return s.hint

@@ -402,8 +402,10 @@ class Tensor:
     def __getitem__(self, key):
         ops = _ops()
         offsets, sizes, drop, _ = self._parse_key(key)
-        if len(drop) == len(sizes) and self.is_bound and self.dtype.lab == "int32":
-            # x[b, i] of a DT_INT32 tensor: a scalar read when the kernel runs (GetTensorData)
+        if (len(drop) == len(sizes) and self.is_bound and self.dtype.lab == "int32"
+                and self._trace.gm_region(self._id) is not None):
+            # x[b, i] of a DT_INT32 tensor in GM: a scalar read when the kernel runs (GetTensorData);
+            # an element of a computed tensor stays a rank-0 tensor (it broadcasts)
             return self._read_scalar(offsets)
         v = ops.view(self, sizes, offsets)
         if drop:
@@ -414,8 +416,10 @@ class Tensor:
         tr = self._trace
         reg = tr.gm_region(self._id)
         if reg is None:
-            raise TraceError(f"reading an element of {self._describe()} as a scalar: only kernel arguments and "
-                             "pypto.tensor buffers (GM) can be read element by element. Fix: read from the argument")
+            raise TraceError(f"reading an element of {self._describe()} as a scalar: it is computed, not in GM. "
+                             "Rule: only kernel arguments and pypto.tensor buffers (GM) can be read element by "
+                             "element (the Scalar unit reads GM). Fix: read from the argument, or write the value to "
+                             "a pypto.tensor first")
         root, roff = reg
         tr.scalar_roots.add(root)
         idx = [a + b for a, b in zip(roff, offsets)]

@@ -7,7 +7,8 @@ into tiles by the tile shapes in force (`tiling`: the Tile Graph), deals the til
 (`schedule`: the Execute Graph), caches the result per input signature and runs it on the event
 simulator; the outputs are computed with the NPU's numerics (`execute`). ``kernel.last_run`` (a
 `result.RunResult`) holds cycles, pipe busy time, buffer peaks, the fraction of peak and the
-Chrome trace; ``kernel.dump_stages(dir)`` writes the four stages as JSON. Mistakes raise the
+Chrome trace; long loops stay loops (`loops`, with `SymbolicScalar` indices and tensor reads such
+as ``block_table[b, i]`` evaluated at run time); ``kernel.dump_stages(dir)`` writes the four stages as JSON. Mistakes raise the
 teaching errors of `errors`.
 
 The API follows the real framework at commit 883e7df (2026-08-22): every option of its
@@ -93,6 +94,7 @@ from .errors import (
                      ScalarReadError,
                      SemanticLabelError,
                      ShapeError,
+                     SymbolicIndexError,
                      TileAlignmentError,
                      TileCapacityError,
                      TileRankError,
@@ -159,6 +161,7 @@ from .ops import (
 from .option_table import CompStage
 from .precision import PrecisionType
 from .result import RunResult
+from .symbolic import SymbolicScalar, SymbolicValueError, symbolic_scalar
 from .tensor import Tensor
 
 __all__ = [
@@ -182,5 +185,6 @@ __all__ = [
     "PtoError", "NoNPUError", "TileRankError", "TileAlignmentError", "TileCapacityError", "TileShapeError",
     "NoTileShapeError", "UnwrittenOutputError", "BroadcastError", "ShapeError", "DTypeError", "OptionError",
     "LoopError", "ScalarReadError", "UnwrittenOutputWarning", "SemanticLabelError", "NotModelledError",
+    "SymbolicIndexError", "SymbolicValueError", "SymbolicScalar", "symbolic_scalar",
     "TraceError",
 ]

@@ -1,12 +1,18 @@
 """Control flow of the PyPTO API: ``loop``, ``loop_unroll``, ``cond``, ``is_loop_begin``,
-``is_loop_end``. Loops are unrolled while tracing (each iteration's operations enter the Tensor
-Graph with their loop path); loop indices are Python ints, so ``if idx < 2:`` works directly."""
+``is_loop_end``.
+
+A loop of at most `loops.UNROLL_LIMIT` iterations with bounds known while tracing is unrolled
+(each iteration's operations enter the Tensor Graph with their loop path; the index is a Python
+int, so ``if idx < 2:`` and ``lst[idx]`` work directly). A longer loop, or one whose bounds are
+`SymbolicScalar` values known only at run time (a count read from a tensor), stays one loop node:
+its body is traced once per class of iterations with a symbolic index (`loops`)."""
 
 from __future__ import annotations
 
-from . import config
+from . import config, loops
 from .dtypes import dim_value
 from .errors import LoopError
+from .symbolic import SymbolicScalar, is_symbolic
 
 
 class LoopIndex(int):
@@ -26,6 +32,8 @@ def _bound(what: str, value, call: str) -> int:
     if isinstance(value, float) and not value.is_integer():
         raise LoopError(f"{call}: the {what} {value!r} is not a whole number. Rule: loop bounds count iterations. "
                         f"Fix: round it first (math.ceil({value!r}) or int({value!r}))")
+    if isinstance(value, SymbolicScalar):
+        return value.args[0] if value.kind == "imm" else value
     v = value if isinstance(value, int) else dim_value(value)
     if v is None:
         raise LoopError(f"{call}: the {what} {value!r} is a dynamic dimension with no size yet. Rule: loops are "
@@ -41,7 +49,7 @@ def _ints(args, call: str = "pypto.loop"):
     names = {1: ("stop",), 2: ("start", "stop"), 3: ("start", "stop", "step")}[len(args)]
     vals = dict(zip(names, (_bound(n, a, call) for n, a in zip(names, args))))
     start, stop, step = vals.get("start", 0), vals["stop"], vals.get("step", 1)
-    if step == 0:
+    if not is_symbolic(step) and step == 0:
         raise LoopError(f"{call}({start}, {stop}, 0): a step of 0 never reaches the stop. Rule: the step is a "
                         f"non-zero integer, as in range(). Fix: {call}({start}, {stop}, 1) to visit every index, or "
                         f"{call}({start}, {stop}, tile) to visit one index per tile")
@@ -57,6 +65,13 @@ def loop(*args, name: str | None = None, idx_name: str | None = None, submit_bef
     _counter[0] += 1
     name = name or f"loop_{_counter[0]}"
     tr = config.STATE.trace
+    symbolic = any(is_symbolic(b) for b in (start, stop, step))
+    if tr is not None and (symbolic or len(range(start, stop, step)) > loops.UNROLL_LIMIT):
+        yield from loops.symbolic_loop(tr, start, stop, step, name, idx_name or name)
+        return
+    if symbolic:
+        raise LoopError(f"pypto.loop({start}, {stop}, {step}) outside a kernel being traced: its bounds are known "
+                        "only when a kernel runs. Fix: use it inside a @pypto.jit kernel")
     for i in range(start, stop, step):
         idx = LoopIndex(i, start, stop, step, name)
         if tr is not None:
@@ -73,6 +88,9 @@ def loop_unroll(*args, name: str | None = None, idx_name: str | None = None, unr
     """Yields ``(idx, unroll_factor)``: the largest factor of ``unroll_list`` (always with 1) that
     still fits the remaining iterations; the body then handles ``unroll_factor`` iterations."""
     start, stop, step = _ints(args, "pypto.loop_unroll")
+    if any(is_symbolic(b) for b in (start, stop, step)):
+        raise LoopError(f"pypto.loop_unroll({start}, {stop}, {step}): bounds known only at run time are not supported "
+                        "by loop_unroll here. Fix: pypto.loop(start, stop, step), which stays a loop")
     if step < 0:
         raise LoopError(f"pypto.loop_unroll({start}, {stop}, {step}): the step is negative. Rule: loop_unroll counts "
                         "up (step > 0). Fix: count up and index from the end (n - 1 - idx), or use pypto.loop, which "
@@ -100,17 +118,37 @@ def loop_unroll(*args, name: str | None = None, idx_name: str | None = None, unr
 
 
 def cond(scalar) -> bool:
-    """``if pypto.cond(expr):`` — the condition of a traced branch (evaluated while tracing)."""
+    """``if pypto.cond(expr):`` — the condition of a traced branch. An int or a concrete value is
+    evaluated while tracing; a symbolic condition on loop indices (``i < 3``, ``is_loop_end(i)``)
+    splits the loop's iterations into classes, each traced once and picked per iteration when
+    the kernel runs; a condition on tensor data raises `ScalarReadError` (use pypto.where)."""
     return bool(scalar)
 
 
-def is_loop_begin(idx, *args) -> bool:
+def _loop_of(idx):
+    if not isinstance(idx, SymbolicScalar) or idx.kind != "idx":
+        raise LoopError(f"{idx!r} is not the index of a pypto.loop. Rule: is_loop_begin / is_loop_end take the "
+                        "index a pypto.loop yields. Fix: pass the loop variable itself (for i in pypto.loop(n): "
+                        "... pypto.is_loop_end(i))")
+    tr = config.STATE.trace
+    return tr.graph.nodes[idx.args[0]].attrs
+
+
+def is_loop_begin(idx, *args):
+    if isinstance(idx, SymbolicScalar):
+        return idx == _loop_of(idx)["start"]
     loop_info = getattr(idx, "loop", None)
     start = loop_info[0] if loop_info else 0
     return int(idx) == start
 
 
-def is_loop_end(idx, *args) -> bool:
+def is_loop_end(idx, *args):
+    if isinstance(idx, SymbolicScalar):
+        if args:
+            return idx == args[0] - 1
+        a = _loop_of(idx)
+        start, stop, step = a["start"], a["stop"], a["step"]
+        return idx == start + ((stop - start - 1) // step) * step
     loop_info = getattr(idx, "loop", None)
     if args:
         return int(idx) == int(args[0]) - 1

@@ -84,6 +84,11 @@ class LoopError(PtoError):
     not a whole number, an unbound dynamic dimension)."""
 
 
+class SymbolicIndexError(PtoError, IndexError):
+    """A symbolic offset or index (a loop index, a value read from a block table) that is out of
+    range for its tensor when the kernel runs."""
+
+
 class PtoWarning(UserWarning):
     """Base class of pypto_lab.pto's warnings: likely mistakes that may also be intended."""
 
@@ -96,5 +101,6 @@ class UnwrittenOutputWarning(PtoWarning):
 __all__ = [
     "PtoError", "NoNPUError", "TileRankError", "TileAlignmentError", "TileCapacityError", "TileShapeError",
     "NoTileShapeError", "UnwrittenOutputError", "BroadcastError", "ShapeError", "DTypeError", "OptionError",
-    "SemanticLabelError", "NotModelledError", "TraceError", "ScalarReadError", "LoopError", "PtoWarning", "UnwrittenOutputWarning",
+    "SemanticLabelError", "NotModelledError", "TraceError", "ScalarReadError", "LoopError", "SymbolicIndexError",
+    "PtoWarning", "UnwrittenOutputWarning",
 ]

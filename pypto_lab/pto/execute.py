@@ -12,14 +12,21 @@
   polynomial approximations are not modelled bit for bit).
 * Comparisons give DT_BOOL; matmul ``bias_tensor`` is added to the fp32 accumulator before the
   result leaves L0C.
+* A symbolic loop (`loops`) runs iteration by iteration: the first variant whose guards hold is
+  run with the index bound; symbolic offsets and tensor reads (``block_table[b, i]``) are
+  evaluated then, and an offset or index out of range raises `SymbolicIndexError`.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..hw import numerics
+from .errors import LoopError, SymbolicIndexError
 from .graph import TensorGraph
+from .loops import guards_hold
+from .symbolic import SymbolicScalar
 
 _FLOAT = ("fp16", "bf16", "fp32")
 
@@ -47,94 +54,199 @@ def _tree(x: torch.Tensor, dim: int, op, dt) -> torch.Tensor:
     return x.movedim(-1, dim)
 
 
-def run_graph(graph: TensorGraph, args: list[torch.Tensor]) -> dict[int, torch.Tensor]:
+def _name(graph: TensorGraph, tid: int) -> str:
+    n = graph.nodes[tid]
+    return n.attrs.get("name") or f"tensor %{tid}"
+
+
+class _Run:
+    """One run of a Tensor Graph: the values, the bound loop indices, the iterations per variant."""
+
+    def __init__(self, graph: TensorGraph, env: dict, counts: dict):
+        self.graph, self.env, self.counts = graph, env, counts
+        self.idx: dict[int, int] = {}
+
+    def read(self, tid: int, ix: tuple, expr: SymbolicScalar) -> int:
+        t = self.env[tid]
+        for d, (i, n) in enumerate(zip(ix, t.shape)):
+            if not 0 <= int(i) < n:
+                raise SymbolicIndexError(
+                    f"reading {expr}: index {int(i)} on dimension {d} of {_name(self.graph, tid)} (shape "
+                    f"{list(t.shape)}) is out of range{self._at()}. Rule: a scalar read needs 0 <= index < {n}. Fix: "
+                    "bound the index (the loop's stop, or .min(n - 1)), or check the table passed in")
+        return int(t[tuple(int(i) for i in ix)])
+
+    def ev(self, x):
+        return x.evaluate(self.idx, self.read) if isinstance(x, SymbolicScalar) else x
+
+    def _at(self) -> str:
+        if not self.idx:
+            return ""
+        names = {lid: self.graph.nodes[lid].attrs["idx_name"] for lid in self.idx}
+        return " (at " + ", ".join(f"{names[k]} = {v}" for k, v in self.idx.items()) + ")"
+
+    def offsets(self, n, shape, dims, what: str) -> tuple:
+        offs = n.attrs["offsets"]
+        if not any(isinstance(o, SymbolicScalar) for o in offs):
+            return offs
+        out = []
+        for d, (o, s, size) in enumerate(zip(offs, shape, dims)):
+            v = int(self.ev(o))
+            if v < 0 or v + s > size:
+                root = n.attrs.get("root", n.inputs[-1] if n.op == "assemble" else n.inputs[0])
+                raise SymbolicIndexError(
+                    f"{what} of {_name(self.graph, root)}: offset {o} = {v} on dimension {d}{self._at()} takes {s} "
+                    f"elements of a dimension of size {size} ({n.where or '?'}). Rule: 0 <= offset <= {size - s}. "
+                    "Fix: bound the offset (fewer iterations, .min(...) on the index), or check the table that "
+                    "the offset is read from")
+            out.append(v)
+        return tuple(out)
+
+    def run(self, lo: int, hi: int) -> None:
+        nodes = self.graph.nodes
+        i = lo
+        while i < hi:
+            n = nodes[i]
+            if n.op == "loop":
+                self.loop(n)
+                i = n.attrs["end"]
+            else:
+                _run_node(self, n)
+                i += 1
+
+    def loop(self, n) -> None:
+        a = n.attrs
+        start, stop, step = (int(self.ev(a[k])) for k in ("start", "stop", "step"))
+        if step == 0:
+            raise SymbolicIndexError(f"pypto.loop {a['name']!r}: the step {a['step']} is 0{self._at()}; it never ends")
+        variants = a["variants"]
+        counts = self.counts
+        its = np.arange(start, stop, step, dtype=np.int64)
+        # the variant of every iteration at once: guards are on loop indices only (vectorised)
+        sel = np.full(its.size, -1, np.int64)
+        vec = {**self.idx, n.id: its}
+        for k, var in enumerate(variants):
+            hold = np.broadcast_to(np.asarray(guards_hold(var["guards"], vec), bool), its.shape)
+            sel[(sel < 0) & hold] = k
+        if (sel < 0).any():
+            self.idx[n.id] = int(its[np.argmax(sel < 0)])
+            raise LoopError(f"pypto.loop {a['name']!r}: iteration {self.idx[n.id]}{self._at()} takes a path that was "
+                            "not traced (its bounds or its enclosing loop's index differ from those traced). Fix: "
+                            "make the condition depend only on this loop's index, or unroll a short outer loop")
+        for k, c in enumerate(np.bincount(sel, minlength=len(variants)).tolist()):
+            if c:
+                counts[(n.id, k)] = counts.get((n.id, k), 0) + c
+        ranges = [(var["lo"], var["hi"]) for var in variants]
+        idx, run, lid = self.idx, self.run, n.id
+        for it, v in zip(its.tolist(), sel.tolist()):
+            idx[lid] = it
+            lo, hi = ranges[v]
+            run(lo, hi)
+        self.idx.pop(n.id, None)
+
+
+def run_graph(graph: TensorGraph, args: list[torch.Tensor], counts: dict | None = None) -> dict[int, torch.Tensor]:
+    """Compute every tensor of ``graph``; ``counts`` receives the iterations of each (loop, variant)."""
     env: dict[int, torch.Tensor] = {}
     for pid, t in zip(graph.params, args):
         env[pid] = t
-    for n in graph.nodes:
-        op = n.op
-        if op == "param":
-            continue
-        ins = [env[i] for i in n.inputs]
-        dt = n.dtype
-        if op == "alloc":
-            env[n.id] = torch.zeros(n.shape, dtype=dt.torch)
-        elif op == "view":
-            env[n.id] = ins[0][tuple(slice(o, o + s) for o, s in zip(n.attrs["offsets"], n.shape))]
-        elif op == "reshape":
-            env[n.id] = ins[0].reshape(n.shape)
-        elif op == "transpose":
-            if "perm" in n.attrs:
-                env[n.id] = ins[0].permute(*n.attrs["perm"]).contiguous()
-            else:
-                env[n.id] = ins[0].transpose(n.attrs["dim0"], n.attrs["dim1"]).contiguous()
-        elif op == "full":
-            env[n.id] = torch.full(n.shape, n.attrs["value"], dtype=torch.float64).to(dt.torch)
-        elif op == "arange":
-            # index * step + start, in the output dtype (fp32: two rounded vector ops)
-            idx = torch.arange(n.shape[0], dtype=torch.float64 if dt.lab not in _FLOAT else torch.float32)
-            if dt.lab in _FLOAT:
-                r = _round(_round(idx * n.attrs["step"], dt).float() + n.attrs["start"], dt)
-            else:
-                r = (idx * n.attrs["step"] + n.attrs["start"]).to(dt.torch)
-            env[n.id] = r
-        elif op == "expand":
-            env[n.id] = ins[0].expand(*n.shape).clone()
-        elif op in ("cmp", "cmps"):
-            a = ins[0]
-            b = ins[1] if op == "cmp" else n.attrs["scalar"]
-            fn = {"eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge}
-            env[n.id] = fn[n.attrs["mode"]](a, b)
-        elif op == "logical_and":
-            env[n.id] = torch.logical_and(ins[0], ins[1])
-        elif op == "logical_not":
-            env[n.id] = torch.logical_not(ins[0])
-        elif op == "where":
-            it = iter(ins[1:])
-            x = next(it) if "x" not in n.attrs else torch.tensor(n.attrs["x"], dtype=dt.torch)
-            y = next(it) if "y" not in n.attrs else torch.tensor(n.attrs["y"], dtype=dt.torch)
-            env[n.id] = torch.where(ins[0].to(torch.bool), x.to(dt.torch), y.to(dt.torch))
-        elif op == "assemble":
-            dst = ins[1]
-            sl = tuple(slice(o, o + s) for o, s in zip(n.attrs["offsets"], n.shape))
-            dst[sl] = ins[0].to(dst.dtype)
-        elif op == "matmul":
-            a, b = ins[0], ins[1]
-            if n.attrs["a_trans"]:
-                a = a.transpose(-1, -2)
-            if n.attrs["b_trans"]:
-                b = b.transpose(-1, -2)
-            ind = graph.nodes[n.inputs[0]].dtype.lab
-            bias = ins[2].reshape(-1) if len(ins) > 2 else None  # added to the fp32 accumulator (BiasTable)
-            if ind == "int8":
-                r = numerics.matmul_int8(a, b, bias=bias)
-                env[n.id] = r.to(dt.torch) if dt.lab != "int32" else r
-            else:
-                out = dt.lab if dt.lab in _FLOAT else None
-                env[n.id] = numerics.matmul(a, b, dtype=ind, out_dtype=out, bias=bias).to(dt.torch)
-        elif op in ("amax", "amin", "sum"):
-            x = ins[0]
-            d = n.attrs["dim"]
-            if op == "sum":
-                if dt.lab in _FLOAT:
-                    r = _tree(x, d, torch.add, dt)
-                else:
-                    r = x.sum(dim=d, keepdim=True, dtype=dt.torch)
-            else:
-                r = x.amax(dim=d, keepdim=True) if op == "amax" else x.amin(dim=d, keepdim=True)
-            env[n.id] = r if n.attrs["keepdim"] else r.squeeze(d)
-        elif op == "cast":
-            x = ins[0]
-            if dt.lab in _FLOAT or dt.torch.is_floating_point:  # also fp64 and the 8-bit floats
-                env[n.id] = x.to(dt.torch)
-            elif dt.torch is torch.bool:
-                env[n.id] = x != 0
-            else:
-                info = torch.iinfo(dt.torch)
-                env[n.id] = torch.round(_f32(x).double()).clamp(info.min, info.max).to(dt.torch)
-        else:
-            env[n.id] = _elementwise(op, ins, n.attrs.get("scalar"), dt)
+    _Run(graph, env, {} if counts is None else counts).run(0, len(graph.nodes))
     return env
+
+
+def _window(t: torch.Tensor, offsets, shape) -> torch.Tensor:
+    """``t[o0:o0 + s0, ...]`` (a view), by narrowing only the dimensions that shrink."""
+    for d, (o, s) in enumerate(zip(offsets, shape)):
+        if o or s != t.shape[d]:
+            t = t.narrow(d, o, s)
+    return t
+
+
+def _run_node(run: _Run, n) -> None:
+    env = run.env
+    op = n.op
+    if op == "param":
+        return
+    ins = [env[i] for i in n.inputs]
+    dt = n.dtype
+    if op == "alloc":
+        env[n.id] = torch.zeros(n.shape, dtype=dt.torch)
+    elif op == "view":
+        offs = run.offsets(n, n.shape, ins[0].shape, "view")
+        env[n.id] = _window(ins[0], offs, n.shape)
+    elif op == "reshape":
+        env[n.id] = ins[0].reshape(n.shape)
+    elif op == "transpose":
+        if "perm" in n.attrs:
+            env[n.id] = ins[0].permute(*n.attrs["perm"]).contiguous()
+        else:
+            env[n.id] = ins[0].transpose(n.attrs["dim0"], n.attrs["dim1"]).contiguous()
+    elif op == "full":
+        env[n.id] = torch.full(n.shape, n.attrs["value"], dtype=torch.float64).to(dt.torch)
+    elif op == "arange":
+        # index * step + start, in the output dtype (fp32: two rounded vector ops)
+        idx = torch.arange(n.shape[0], dtype=torch.float64 if dt.lab not in _FLOAT else torch.float32)
+        if dt.lab in _FLOAT:
+            r = _round(_round(idx * n.attrs["step"], dt).float() + n.attrs["start"], dt)
+        else:
+            r = (idx * n.attrs["step"] + n.attrs["start"]).to(dt.torch)
+        env[n.id] = r
+    elif op == "expand":
+        env[n.id] = ins[0].expand(*n.shape).clone()
+    elif op in ("cmp", "cmps"):
+        a = ins[0]
+        b = ins[1] if op == "cmp" else n.attrs["scalar"]
+        fn = {"eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge}
+        env[n.id] = fn[n.attrs["mode"]](a, b)
+    elif op == "logical_and":
+        env[n.id] = torch.logical_and(ins[0], ins[1])
+    elif op == "logical_not":
+        env[n.id] = torch.logical_not(ins[0])
+    elif op == "where":
+        it = iter(ins[1:])
+        x = next(it) if "x" not in n.attrs else torch.tensor(n.attrs["x"], dtype=dt.torch)
+        y = next(it) if "y" not in n.attrs else torch.tensor(n.attrs["y"], dtype=dt.torch)
+        env[n.id] = torch.where(ins[0].to(torch.bool), x.to(dt.torch), y.to(dt.torch))
+    elif op == "assemble":
+        dst = ins[1]
+        offs = run.offsets(n, n.shape, dst.shape, "assemble into")
+        _window(dst, offs, n.shape).copy_(ins[0])
+    elif op == "matmul":
+        a, b = ins[0], ins[1]
+        if n.attrs["a_trans"]:
+            a = a.transpose(-1, -2)
+        if n.attrs["b_trans"]:
+            b = b.transpose(-1, -2)
+        ind = run.graph.nodes[n.inputs[0]].dtype.lab
+        bias = ins[2].reshape(-1) if len(ins) > 2 else None  # added to the fp32 accumulator (BiasTable)
+        if ind == "int8":
+            r = numerics.matmul_int8(a, b, bias=bias)
+            env[n.id] = r.to(dt.torch) if dt.lab != "int32" else r
+        else:
+            out = dt.lab if dt.lab in _FLOAT else None
+            env[n.id] = numerics.matmul(a, b, dtype=ind, out_dtype=out, bias=bias).to(dt.torch)
+    elif op in ("amax", "amin", "sum"):
+        x = ins[0]
+        d = n.attrs["dim"]
+        if op == "sum":
+            if dt.lab in _FLOAT:
+                r = _tree(x, d, torch.add, dt)
+            else:
+                r = x.sum(dim=d, keepdim=True, dtype=dt.torch)
+        else:
+            r = x.amax(dim=d, keepdim=True) if op == "amax" else x.amin(dim=d, keepdim=True)
+        env[n.id] = r if n.attrs["keepdim"] else r.squeeze(d)
+    elif op == "cast":
+        x = ins[0]
+        if dt.lab in _FLOAT or dt.torch.is_floating_point:  # also fp64 and the 8-bit floats
+            env[n.id] = x.to(dt.torch)
+        elif dt.torch is torch.bool:
+            env[n.id] = x != 0
+        else:
+            info = torch.iinfo(dt.torch)
+            env[n.id] = torch.round(_f32(x).double()).clamp(info.min, info.max).to(dt.torch)
+    else:
+        env[n.id] = _elementwise(op, ins, run.ev(n.attrs.get("scalar")), dt)
 
 
 def _elementwise(op, ins, s, dt) -> torch.Tensor:

@@ -1,8 +1,13 @@
 """Stage 1 of the compiler, the Tensor Graph: what tracing a kernel records.
 
 One `Node` per operation, in program order, with its operand ids, output shape and dtype, and
-the vector / cube tile shapes in force when it was traced (loops are unrolled while tracing:
-the loop path of every node is kept). Node ``i`` produces tensor ``i``.
+the vector / cube tile shapes in force when it was traced (short loops are unrolled while
+tracing: the loop path of every node is kept). Node ``i`` produces tensor ``i``.
+
+A symbolic loop (`loops`) is one ``loop`` node: its attrs hold the bounds (ints or
+`SymbolicScalar`), and per variant (iteration class) the guards that select it and the range
+``[lo, hi)`` of the nodes of its body, which follow the loop node; ``end`` is the first node after
+the loop. Offsets and scalars of body nodes may be `SymbolicScalar` expressions.
 """
 
 from __future__ import annotations
@@ -22,6 +27,19 @@ ELEMENTWISE = ("add", "sub", "mul", "div", "adds", "subs", "rsubs", "muls", "div
 REDUCTIONS = ("amax", "amin", "sum")
 
 
+def _jsonable(v):
+    """JSON for an attribute: SymbolicScalar as its string form, guards as text."""
+    if hasattr(v, "evaluate"):
+        return str(v)
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (tuple, list)):
+        if len(v) == 4 and hasattr(v[0], "evaluate") and isinstance(v[2], bool):   # a loop guard
+            return f"{v[0]} {'is' if v[2] else '=='} {v[1]} ({v[3]})"
+        return [_jsonable(x) for x in v]
+    return v
+
+
 @dataclass
 class Node:
     id: int
@@ -38,8 +56,8 @@ class Node:
     def to_json(self) -> dict:
         d = {"id": self.id, "op": self.op, "inputs": list(self.inputs), "shape": list(self.shape),
              "dtype": self.dtype.name if self.dtype else None}
-        attrs = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.attrs.items()
-                 if isinstance(v, (int, float, str, bool, tuple, list, type(None)))}
+        attrs = {k: _jsonable(v) for k, v in self.attrs.items()
+                 if isinstance(v, (int, float, str, bool, tuple, list, type(None))) or hasattr(v, "evaluate")}
         if attrs:
             d["attrs"] = attrs
         if self.vec_tile:

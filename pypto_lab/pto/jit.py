@@ -7,19 +7,21 @@ numerics and leaves the simulated run in ``kernel.last_run``.
 
 from __future__ import annotations
 
+import builtins
 import functools
 import inspect
 import time
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..fileio import write_json_atomic
 from ..hw.chip import PIPES, Chip, get_chip
 from ..hw.simulator import simulate
-from . import config, ops
-from .blocks import BlockGraph, build_block_graph, n_core_ids
+from . import config, loops, ops
+from .blocks import BlockGraph, build_block_graph, cube_core_ids, n_core_ids, vector_core_ids
 from .dtypes import RunMode, SymbolicDim, bind_dims, from_torch
 from .errors import NoNPUError, ShapeError, TraceError, UnwrittenOutputWarning
 from .execute import run_graph
@@ -33,16 +35,80 @@ from .tiling import TileGraph, build_tile_graph
 DEFAULT_CHIP = "Ascend910B1"
 
 
+def lower(graph: TensorGraph, chip: Chip, double_buffer: bool) -> tuple[TileGraph, BlockGraph, ExecuteGraph]:
+    """Stages 2-4 of a flat Tensor Graph (no loop nodes)."""
+    tg = build_tile_graph(graph, chip, double_buffer)
+    bg = build_block_graph(tg, chip)
+    return tg, bg, build_execute_graph(tg, bg, chip, n_core_ids(chip))
+
+
+def _measure(chip: Chip, graph: TensorGraph, tg: TileGraph, bg: BlockGraph, eg: ExecuteGraph) -> dict:
+    """Simulate one Execute Graph: cycles, flops, traffic and pipe busy time (additive quantities,
+    so a symbolic loop's cost can be extrapolated from them), buffer peaks, the timeline."""
+    tl = simulate(eg.program, eg.n_cores)
+    nodes = graph.nodes
+    flops = cube_time = traffic = 0.0
+    peak = {"UB": 0, "L1": 0, "L0A": 0, "L0B": 0, "L0C": 0}
+    groups = []
+    for g in tg.groups:
+        if g.kind == "cube":
+            f = 2.0 * g.batch * g.m * g.n * g.kk
+            flops += f
+            cube_time += f / (chip.peak_tflops(g.in_dtype) * 1e12)
+            for b, v in g.plan.buffer_peak().items():
+                peak[b] = max(peak.get(b, 0), int(v))
+            if not chip.split_cores:
+                acc = 4
+                peak["UB"] = max(peak["UB"], 2 * g.cube_tile.m_l0 * g.cube_tile.n_l0 * acc)
+            eb = nodes[g.nodes[0]].dtype.bytes
+            ib = nodes[nodes[g.nodes[0]].inputs[0]].dtype.bytes
+            traffic += g.batch * (g.m * g.kk + g.kk * g.n) * ib + g.batch * g.m * g.n * eb
+        else:
+            peak["UB"] = max(peak["UB"], g.ub_bytes * g.slots)
+            for nid in g.nodes:
+                n = nodes[nid]
+                if n.op != "assemble":
+                    ref = nodes[n.inputs[0]].shape if n.op in ("amax", "amin", "sum") else n.shape
+                    flops += float(torch.Size(ref).numel())
+            traffic += sum(torch.Size(nodes[t].shape).numel() * nodes[t].dtype.bytes for t in g.loads)
+            traffic += sum(torch.Size(nodes[t].shape).numel() * nodes[t].dtype.bytes for t, _, _ in g.stores)
+        groups.append({"group": g.id, "kind": g.kind, "ops": g.label(graph),
+                       "tasks": g.n_tasks, "cores": len(bg.assign[g.id])})
+    busy = tl.busy
+    return {"cycles": float(tl.total_cycles), "flops": flops, "cube_time": cube_time, "traffic": traffic,
+            "busy": np.array([float(busy[:, i].sum()) for i in range(len(PIPES))]),
+            "busy_max": np.array([float(busy[:, i].max()) if busy.size else 0.0 for i in range(len(PIPES))]),
+            "peak": peak, "groups": groups, "timeline": tl}
+
+
+_ADDITIVE = ("cycles", "flops", "cube_time", "traffic", "busy", "busy_max")
+
+
 class CompiledKernel:
-    """One compiled signature: the four stages and, once run, the simulated timeline."""
+    """One compiled signature: the four stages and, once run, the simulated timeline.
+
+    With symbolic loops (`loops`) the Tile / Block / Execute Graphs are those of the *base*: the
+    Tensor Graph with each loop variant's body copied for two *waves* of iterations (a wave fills
+    the cores once), or once per iteration when there are fewer; the cost of a run is extrapolated
+    from it with each variant's marginal cost per iteration (base minus one wave, divided by the
+    wave) and the iterations the run took (see `loops`)."""
 
     def __init__(self, name: str, chip: Chip, tensor_graph: TensorGraph, tile_graph: TileGraph,
-                 block_graph: BlockGraph, execute_graph: ExecuteGraph, compile_seconds: float):
+                 block_graph: BlockGraph, execute_graph: ExecuteGraph, compile_seconds: float,
+                 cost_graph: TensorGraph | None = None, copies: dict | None = None, paths: list | None = None,
+                 double_buffer: bool = True, wave: dict | None = None):
         self.name, self.chip = name, chip
         self.tensor_graph, self.tile_graph = tensor_graph, tile_graph
         self.block_graph, self.execute_graph = block_graph, execute_graph
         self.compile_seconds = compile_seconds
-        self._result: RunResult | None = None
+        self.cost_graph = cost_graph if cost_graph is not None else tensor_graph
+        self.copies = copies or {}
+        self.wave = wave or {}
+        self.paths = paths or []
+        self.double_buffer = double_buffer
+        self._base: dict | None = None
+        self._reduced: dict = {}
+        self._results: dict = {}
 
     @property
     def stages(self) -> dict:
@@ -53,57 +119,113 @@ class CompiledKernel:
         d = Path(directory)
         return [str(write_json_atomic(d / f"{k}.json", v.to_json())) for k, v in self.stages.items()]
 
-    def run_result(self) -> RunResult:
-        if self._result is None:
-            self._result = self._simulate()
-        return self._result
+    def run_result(self, counts: dict | None = None) -> RunResult:
+        """The simulated run; ``counts`` are the iterations of each (loop, variant) of the run
+        (`execute.run_graph`), defaulting to those known while tracing."""
+        if counts is None:
+            counts = {(n.id, i): var.get("count", 0) for n in loops.loop_nodes(self.tensor_graph)
+                      for i, var in enumerate(n.attrs["variants"])}
+        key = tuple(sorted(counts.items()))
+        res = self._results.get(key)
+        if res is None:
+            res = self._results[key] = self._simulate(counts)
+        return res
 
-    def _simulate(self) -> RunResult:
+    def _reduced_metrics(self, key) -> dict:
+        m = self._reduced.get(key)
+        if m is None:
+            copies = dict(self.copies)
+            copies[key] -= self.wave.get(key, 1)
+            graph, _ = loops.expand(self.tensor_graph, copies)
+            m = self._reduced[key] = _measure(self.chip, graph, *lower(graph, self.chip, self.double_buffer))
+        return m
+
+    def _simulate(self, counts: dict) -> RunResult:
         chip = self.chip
-        tl = simulate(self.execute_graph.program, self.execute_graph.n_cores)
-        cycles = tl.total_cycles
-        nodes = self.tensor_graph.nodes
-        flops = 0.0
-        cube_flops_time_peak = 0.0
-        traffic = 0.0
-        peak = {"UB": 0, "L1": 0, "L0A": 0, "L0B": 0, "L0C": 0}
-        groups = []
-        for g in self.tile_graph.groups:
-            if g.kind == "cube":
-                f = 2.0 * g.batch * g.m * g.n * g.kk
-                flops += f
-                cube_flops_time_peak += f / (chip.peak_tflops(g.in_dtype) * 1e12)
-                for b, v in g.plan.buffer_peak().items():
-                    peak[b] = max(peak.get(b, 0), int(v))
-                if not chip.split_cores:
-                    acc = 4
-                    peak["UB"] = max(peak["UB"], 2 * g.cube_tile.m_l0 * g.cube_tile.n_l0 * acc)
-                eb = nodes[g.nodes[0]].dtype.bytes
-                ib = nodes[nodes[g.nodes[0]].inputs[0]].dtype.bytes
-                traffic += g.batch * (g.m * g.kk + g.kk * g.n) * ib + g.batch * g.m * g.n * eb
-            else:
-                peak["UB"] = max(peak["UB"], g.ub_bytes * g.slots)
-                for nid in g.nodes:
-                    n = nodes[nid]
-                    if n.op != "assemble":
-                        ref = nodes[n.inputs[0]].shape if n.op in ("amax", "amin", "sum") else n.shape
-                        flops += float(torch.Size(ref).numel())
-                traffic += sum(torch.Size(nodes[t].shape).numel() * nodes[t].dtype.bytes for t in g.loads)
-                traffic += sum(torch.Size(nodes[t].shape).numel() * nodes[t].dtype.bytes for t, _, _ in g.stores)
-            groups.append({"group": g.id, "kind": g.kind, "ops": g.label(self.tensor_graph),
-                           "tasks": g.n_tasks, "cores": len(self.block_graph.assign[g.id])})
+        if self._base is None:
+            self._base = _measure(chip, self.cost_graph, self.tile_graph, self.block_graph, self.execute_graph)
+        base = self._base
+        total = {k: (base[k].copy() if isinstance(base[k], np.ndarray) else base[k]) for k in _ADDITIVE}
+        enc = loops.enclosing_copies(self.tensor_graph, self.copies)
+        loop_info = []
+        for n in loops.loop_nodes(self.tensor_graph):
+            variants = []
+            for v, var in enumerate(n.attrs["variants"]):
+                key = (n.id, v)
+                sim = enc.get(key, 1) * self.copies.get(key, 0)
+                actual = counts.get(key, 0)
+                marginal = 0.0
+                if self.copies.get(key, 0) >= 1 and enc.get(key, 1) >= 1:
+                    red = self._reduced_metrics(key)
+                    per = {k: (base[k] - red[k]) / (enc[key] * self.wave.get(key, 1)) for k in _ADDITIVE}
+                    marginal = float(per["cycles"])
+                    if actual != sim:
+                        for k in _ADDITIVE:
+                            total[k] = total[k] + (actual - sim) * per[k]
+                variants.append({"variant": v, "iterations": actual, "simulated": sim,
+                                 "marginal_over": self.wave.get(key, 1),
+                                 "marginal_cycles": marginal,
+                                 "guards": [f"{e} {'is' if t else '=='} {x}" for e, x, t, _ in var["guards"]]})
+            loop_info.append({"loop": n.attrs["name"], "node": n.id, "idx_name": n.attrs["idx_name"],
+                              "iterations": sum(x["iterations"] for x in variants), "variants": variants})
+        cycles = max(0.0, float(total["cycles"]))
         time_us = chip.cycles_to_us(cycles)
-        if cube_flops_time_peak > 0:
-            frac, bound = (cube_flops_time_peak / (time_us * 1e-6) if time_us else 0.0), "cube"
+        if total["cube_time"] > 0:
+            frac, bound = (total["cube_time"] / (time_us * 1e-6) if time_us else 0.0), "cube"
         else:
-            frac, bound = (traffic / (cycles * chip.hbm_bytes_per_cycle()) if cycles else 0.0), "memory"
-        busy = tl.busy
+            frac, bound = (total["traffic"] / (cycles * chip.hbm_bytes_per_cycle()) if cycles else 0.0), "memory"
+        tl = base["timeline"]
         return RunResult(
             name=self.name, chip=chip.name, cycles=cycles, time_us=time_us,
-            pipe_busy={p: float(busy[:, i].sum()) for i, p in enumerate(PIPES)},
-            pipe_busy_max_core={p: float(busy[:, i].max()) if busy.size else 0.0 for i, p in enumerate(PIPES)},
-            buffer_peak=peak, flops=flops, gm_bytes=traffic, fraction_of_peak=frac, bound=bound,
-            cores_used=self.block_graph.cores_used(), groups=groups, timeline=tl, _chip=chip)
+            pipe_busy={p: max(0.0, float(total["busy"][i])) for i, p in enumerate(PIPES)},
+            pipe_busy_max_core={p: max(0.0, float(total["busy_max"][i])) for i, p in enumerate(PIPES)},
+            buffer_peak=dict(base["peak"]), flops=float(total["flops"]), gm_bytes=float(total["traffic"]),
+            fraction_of_peak=frac, bound=bound, cores_used=self.block_graph.cores_used(), groups=base["groups"],
+            timeline=tl, _chip=chip, loops=loop_info, simulated_cycles=base["cycles"],
+            loop_spans=self._loop_spans(tl) if loop_info else [])
+
+    def _loop_spans(self, tl) -> list[dict]:
+        """Per loop variant: the cycles its simulated copies span in the base timeline."""
+        group_of = self.execute_graph.group_of
+        if len(tl) != len(group_of):
+            return []
+        node_group = {}
+        for g in self.tile_graph.groups:
+            for nid in g.nodes:
+                node_group[nid] = g.id
+        group_keys: dict[int, set] = {}
+        for nid, path in enumerate(self.paths):
+            if path and nid in node_group:
+                group_keys.setdefault(node_group[nid], set()).update(path)
+        gof = np.asarray(group_of)
+        start, end = np.asarray(tl.start), np.asarray(tl.end)
+        spans = []
+        keys = sorted({k for ks in group_keys.values() for k in ks})
+        for key in keys:
+            gids = [g for g, ks in group_keys.items() if key in ks]
+            mask = np.isin(gof, gids)
+            if mask.any():
+                spans.append({"key": key, "start": float(start[mask].min()), "end": float(end[mask].max())})
+        return spans
+
+
+def _waves(graph: TensorGraph, chip: Chip, double_buffer: bool) -> dict:
+    """Per top-level (loop, variant): how many iterations fill the cores once, from the tasks of
+    one copy of its body (ceil(cores / tasks), at most loops.MAX_WAVE)."""
+    inner = loops.nested(graph)
+    keys = [(n.id, v) for n in loops.loop_nodes(graph) for v in range(len(n.attrs["variants"]))]
+    one, paths = loops.expand(graph, dict.fromkeys(keys, 1))
+    tg = build_tile_graph(one, chip, double_buffer)
+    n_vec, n_cube = len(vector_core_ids(chip)), len(cube_core_ids(chip))
+    waves = {}
+    for g in tg.groups:
+        cores = n_cube if g.kind == "cube" else n_vec
+        for key in {k for nid in g.nodes for k in paths[nid]}:
+            if key in inner:
+                continue
+            w = builtins.max(1, -(-cores // builtins.max(1, g.n_tasks)))
+            waves[key] = builtins.min(loops.MAX_WAVE, builtins.min(waves.get(key, w), w))
+    return waves
 
 
 def _freeze(v):
@@ -199,8 +321,9 @@ class JitKernel:
         if compiled is None:
             compiled = self._cache[key] = self._compile(chip, bound, tensors, bindings)
         self.last_compiled = compiled
-        env = run_graph(compiled.tensor_graph, [v for _, v, _ in tensors])
-        self.last_run = compiled.run_result()
+        counts: dict = {}
+        env = run_graph(compiled.tensor_graph, [v for _, v, _ in tensors], counts)
+        self.last_run = compiled.run_result(counts)
         rets = [env[r] for r in compiled.tensor_graph.returns]
         if not rets:
             return None
@@ -241,10 +364,14 @@ class JitKernel:
             double_buffer = bool(st.pass_options.get("double_buffer", True))
         finally:
             st.vec_tile, st.cube_tile, st.cube_tile_raw, st.pass_options, st.trace, st.semantic_label = saved
-        tg = build_tile_graph(graph, chip, double_buffer)
-        bg = build_block_graph(tg, chip)
-        eg = build_execute_graph(tg, bg, chip, n_core_ids(chip))
-        return CompiledKernel(self.func.__name__, chip, graph, tg, bg, eg, time.perf_counter() - t0)
+        if any(n.op == "loop" for n in graph.nodes):
+            copies, wave = loops.cost_copies(graph, _waves(graph, chip, double_buffer))
+            cost_graph, paths = loops.expand(graph, copies)
+        else:
+            copies, wave, cost_graph, paths = {}, {}, graph, []
+        tg, bg, eg = lower(cost_graph, chip, double_buffer)
+        return CompiledKernel(self.func.__name__, chip, graph, tg, bg, eg, time.perf_counter() - t0,
+                              cost_graph, copies, paths, double_buffer, wave)
 
     # ---- inspection ----
     @property

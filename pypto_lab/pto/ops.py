@@ -8,6 +8,7 @@ force, then records one node of the Tensor Graph (composite ops such as ``softma
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 import sys
 
@@ -24,6 +25,7 @@ from .errors import (
     TraceError,
 )
 from .precision import PrecisionType, record
+from .symbolic import SymbolicScalar, hint_of, is_symbolic
 from .tensor import Tensor, bind_operators, check_dtype_same, current_trace
 from .tiling import check_cube_tile, suggest_vec_tile
 
@@ -93,23 +95,30 @@ def _arith_check(op: str, *tensors) -> None:
                 "and selected with pypto.where). Fix: pypto.cast(x, pypto.DT_FP32) (or DT_INT32) first")
 
 
+def _fscalar(v):
+    """A tensor-scalar operand: a float, or a SymbolicScalar evaluated when the kernel runs."""
+    if isinstance(v, SymbolicScalar):
+        return float(v.args[0]) if v.kind == "imm" else v
+    return float(v)
+
+
 def _binary(op: str, a, b):
-    if isinstance(a, _SCALAR) and isinstance(b, _SCALAR):
+    if isinstance(a, _SCALAR + (SymbolicScalar,)) and isinstance(b, _SCALAR + (SymbolicScalar,)):
         return {"add": a + b, "sub": a - b, "mul": a * b, "div": a / b}[op]
     tr = current_trace(f"pypto.{op}")
     _arith_check(op, a, b)
-    if isinstance(b, _SCALAR):
+    if isinstance(b, _SCALAR + (SymbolicScalar,)):
         a = _tensor(a, op)
         _vec_check(op, a.shape, [a.dtype])
         kind = {"add": "adds", "sub": "subs", "mul": "muls", "div": "divs"}[op]
-        out = tr.new(kind, [a._id], a.shape, a.dtype, {"scalar": float(b)}, vec=True)
+        out = tr.new(kind, [a._id], a.shape, a.dtype, {"scalar": _fscalar(b)}, vec=True)
         tr.note_read(a._id, out._id)
         return out
-    if isinstance(a, _SCALAR):
+    if isinstance(a, _SCALAR + (SymbolicScalar,)):
         b = _tensor(b, op)
         _vec_check(op, b.shape, [b.dtype])
         kind = {"add": "adds", "sub": "rsubs", "mul": "muls", "div": "rdivs"}[op]
-        out = tr.new(kind, [b._id], b.shape, b.dtype, {"scalar": float(a)}, vec=True)
+        out = tr.new(kind, [b._id], b.shape, b.dtype, {"scalar": _fscalar(a)}, vec=True)
         tr.note_read(b._id, out._id)
         return out
     a, b = _tensor(a, op), _tensor(b, op)
@@ -319,7 +328,7 @@ def view(input, shape=None, offsets=None, *, valid_shape=None, dtype=None):
     if dtype is not None:
         raise TraceError("pypto.view: dtype= (reinterpretation) is not supported by pypto_lab")
     shape = list(x.shape) if shape is None else [int(_as_int(s)) for s in shape]
-    offsets = [0] * len(shape) if offsets is None else [int(_as_int(o)) for o in offsets]
+    offsets = [0] * len(shape) if offsets is None else [_offset(o) for o in offsets]
     if valid_shape is not None:
         # shapes are concrete here: the valid part (the tail tile of a dynamic loop) is the view
         shape = _valid(shape, valid_shape, "view")
@@ -327,10 +336,12 @@ def view(input, shape=None, offsets=None, *, valid_shape=None, dtype=None):
         raise ShapeError(f"view of a rank-{x.ndim} tensor needs {x.ndim} sizes and offsets; got shape {shape}, "
                          f"offsets {offsets}")
     for d, (o, s, n) in enumerate(zip(offsets, shape, x.shape)):
-        if o < 0 or s <= 0 or o + s > n:
-            raise ShapeError(f"view: dimension {d} takes {s} elements from offset {o} of a dimension of size {n}; "
+        h = hint_of(o)
+        if s <= 0 or (h is not None and (h < 0 or h + s > n)):
+            at = f"{o} (= {h} in the iteration traced)" if is_symbolic(o) else f"{o}"
+            raise ShapeError(f"view: dimension {d} takes {s} elements from offset {at} of a dimension of size {n}; "
                              f"the rule is 0 <= offset and offset + size <= {n}")
-    if offsets == [0] * x.ndim and shape == x.shape:
+    if all(not is_symbolic(o) and o == 0 for o in offsets) and shape == x.shape:
         return x
     attrs = {"offsets": tuple(offsets)}
     reg = tr.gm_region(x._id)
@@ -351,7 +362,7 @@ def assemble(input, offsets, out=None, parallel=False):
     tr = current_trace("pypto.assemble")
     src = _tensor(input, "assemble")
     dst = _tensor(out, "assemble")
-    offsets = [int(o) for o in offsets]
+    offsets = [_offset(o) for o in offsets]
     reg = tr.gm_region(dst._id)
     if reg is None:
         raise TraceError("assemble: the destination must be a kernel argument or a pypto.tensor (or a slice of one); "
@@ -360,7 +371,8 @@ def assemble(input, offsets, out=None, parallel=False):
         raise ShapeError(f"assemble: source shape {src.shape}, offsets {offsets} and destination shape {dst.shape} "
                          "must have the same rank")
     for d, (o, s, n) in enumerate(zip(offsets, src.shape, dst.shape)):
-        if o < 0 or o + s > n:
+        o = hint_of(o)
+        if o is not None and (o < 0 or o + s > n):
             raise ShapeError(f"assemble: source of shape {src.shape} at offsets {offsets} does not fit the destination "
                              f"of shape {dst.shape} (dimension {d}: {o} + {s} > {n}). Fix the offsets or slice the source")
     if src.dtype is not dst.dtype:
@@ -751,6 +763,13 @@ def _as_int(v):
     return dim_value(v) if isinstance(v, SymbolicDim) else v
 
 
+def _offset(o):
+    """An offset: an int, or a SymbolicScalar evaluated when the kernel runs."""
+    if isinstance(o, SymbolicScalar):
+        return o.args[0] if o.kind == "imm" else o
+    return int(_as_int(o))
+
+
 def min(*args):
     """``pypto.min(a, b, ...)``: the smallest of scalars / symbolic sizes (e.g. the valid length of
     a tail tile). For tensors use pypto.minimum (element-wise) or pypto.amin (a reduction)."""
@@ -758,6 +777,8 @@ def min(*args):
         raise TraceError("pypto.min takes scalars (ints, symbolic sizes); for tensors use pypto.minimum(a, b) "
                          "(element-wise) or pypto.amin(x, dim) (a reduction)")
     vals = [_as_int(a) for a in (args[0] if len(args) == 1 else args)]
+    if any(isinstance(v, SymbolicScalar) for v in vals):
+        return functools.reduce(lambda a, b: SymbolicScalar(a).min(b) if isinstance(a, int) else a.min(b), vals)
     return builtins.min(vals)
 
 
@@ -767,6 +788,8 @@ def max(*args):
         raise TraceError("pypto.max takes scalars (ints, symbolic sizes); for tensors use pypto.maximum(a, b) "
                          "(element-wise) or pypto.amax(x, dim) (a reduction)")
     vals = [_as_int(a) for a in (args[0] if len(args) == 1 else args)]
+    if any(isinstance(v, SymbolicScalar) for v in vals):
+        return functools.reduce(lambda a, b: SymbolicScalar(a).max(b) if isinstance(a, int) else a.max(b), vals)
     return builtins.max(vals)
 
 

@@ -1,6 +1,9 @@
 """The result of one simulated kernel run (``kernel.last_run``): cycles, time, busy time of every
 pipe, peak bytes of every buffer, the achieved fraction of the chip's peak, the timeline, and
-its export as a Chrome trace (one process per core, one thread per pipe)."""
+its export as a Chrome trace (one process per core, one thread per pipe). A kernel with symbolic
+loops (`loops`) also lists each loop's iterations per variant (iteration class), and its trace
+gets a "loops" process: one lane per loop, its simulated copies marked with the iteration count
+the cost was extrapolated to (the per-core lanes show only the simulated copies)."""
 
 from __future__ import annotations
 
@@ -31,6 +34,9 @@ class RunResult:
     groups: list[dict] = field(default_factory=list)
     timeline: Timeline = field(default=None, repr=False)
     _chip: Chip = field(default=None, repr=False)
+    loops: list[dict] = field(default_factory=list)      # per symbolic loop: iterations per variant
+    simulated_cycles: float = 0.0                         # cycles of the simulated timeline (loops: base copies)
+    loop_spans: list[dict] = field(default_factory=list)  # per (loop, variant): its copies' span in the timeline
 
     @property
     def instructions(self) -> Timeline:
@@ -41,12 +47,18 @@ class RunResult:
                 "pipe_busy": dict(self.pipe_busy), "pipe_busy_max_core": dict(self.pipe_busy_max_core),
                 "buffer_peak": dict(self.buffer_peak), "flops": self.flops, "gm_bytes": self.gm_bytes,
                 "fraction_of_peak": self.fraction_of_peak, "bound": self.bound, "cores_used": self.cores_used,
-                "groups": self.groups, "instruction_count": len(self.timeline) if self.timeline is not None else 0}
+                "groups": self.groups, "instruction_count": len(self.timeline) if self.timeline is not None else 0,
+                "loops": self.loops}
 
     def summary(self) -> str:
         what = "of the Cube's peak" if self.bound == "cube" else "of HBM bandwidth"
-        return (f"{self.name} on {self.chip}: {self.cycles:,.0f} cycles = {self.time_us:.2f} us, "
-                f"{self.fraction_of_peak:.1%} {what}, {self.cores_used} cores")
+        s = (f"{self.name} on {self.chip}: {self.cycles:,.0f} cycles = {self.time_us:.2f} us, "
+             f"{self.fraction_of_peak:.1%} {what}, {self.cores_used} cores")
+        for lp in self.loops:
+            sim = sum(v["simulated"] for v in lp["variants"])
+            rest = "all simulated" if sim >= lp["iterations"] else f"{sim:,} simulated, the rest extrapolated"
+            s += f"; loop {lp['loop']}: {lp['iterations']:,} iterations in {len(lp['variants'])} class(es), {rest}"
+        return s
 
     __str__ = summary
 
@@ -67,6 +79,25 @@ class RunResult:
             ev.append({"ph": "X", "name": tl.kinds[tl.kind[i]], "pid": int(tl.core[i]), "tid": int(tl.pipe[i]),
                        "ts": float(tl.start[i]) / mhz, "dur": float(dur),
                        "args": {"start_cycle": float(tl.start[i]), "end_cycle": float(tl.end[i])}})
+        if self.loops:
+            pid = (max(cores) + 1) if cores else 0
+            ev.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": "loops"}})
+            ev.append({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": -1}})
+            spans = {tuple(sp["key"]): sp for sp in self.loop_spans}
+            for tid, lp in enumerate(self.loops):
+                ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                           "args": {"name": f"{lp['loop']} ({lp['iterations']:,} iterations)"}})
+                for v in lp["variants"]:
+                    sp = spans.get((lp["node"], v["variant"]))
+                    if sp is None or sp["end"] <= sp["start"]:
+                        continue
+                    cond = " and ".join(v["guards"]) or "every iteration"
+                    ev.append({"ph": "X", "pid": pid, "tid": tid, "ts": sp["start"] / mhz,
+                               "dur": (sp["end"] - sp["start"]) / mhz,
+                               "name": f"{lp['idx_name']}: class {v['variant']}, {v['iterations']:,} iterations "
+                                       f"({v['simulated']} simulated)",
+                               "args": {"iterations": v["iterations"], "simulated": v["simulated"],
+                                        "marginal_cycles": v["marginal_cycles"], "when": cond}})
         return {"traceEvents": ev, "displayTimeUnit": "ns",
                 "otherData": {"kernel": self.name, "chip": self.chip, "cycles": self.cycles,
                               # each group's ops and semantic labels ("exp+sum [softmax]")

@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 
-from . import config
+from . import config, loops
 from .dtypes import (
     CONVERTIBLE_SET,
     DYNAMIC,
@@ -23,8 +23,9 @@ from .dtypes import (
     check_representable,
     dim_value,
 )
-from .errors import DTypeError, ScalarReadError, ShapeError, TraceError, UnwrittenOutputError
+from .errors import DTypeError, LoopError, ScalarReadError, ShapeError, TraceError, UnwrittenOutputError
 from .graph import TensorGraph
+from .symbolic import SymbolicScalar, hint_of, is_symbolic
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -47,6 +48,36 @@ class Trace:
         self.chip = chip
         self.loops: list[str] = []
         self.events: list[tuple] = []   # ("r"|"w", root, offsets, shape, node id, where) for GM roots
+        self.sym_loops: list = []       # symbolic loops whose bodies are being traced (loops.LoopFrame)
+        self.bodies: list[tuple] = []   # (lo, hi, loop node) of every traced symbolic loop body
+        self.sym_roots: set[int] = set()  # GM roots accessed at symbolic offsets (not checked at trace time)
+        self.scalar_roots: set[int] = set()  # GM roots read element by element as SymbolicScalars
+
+    @staticmethod
+    def where() -> str:
+        """file:line of the user code being traced."""
+        return _where()
+
+    def close_body(self, loop: int, lo: int, hi: int) -> None:
+        self.bodies.append((lo, hi, loop))
+
+    def _check_body_values(self, inputs) -> None:
+        """A value computed in a symbolic loop's body exists per iteration: it cannot be used after
+        the body (after the loop, or in the next traced iteration class)."""
+        nid = len(self.graph.nodes)
+        for i in inputs:
+            for lo, hi, loop in self.bodies:
+                if lo <= i < hi <= nid:
+                    n, ln = self.graph.nodes[i], self.graph.nodes[loop]
+                    if n.op in ("param",):
+                        continue
+                    raise LoopError(
+                        f"the result of {n.op} (shape {list(n.shape)}) computed in the body of pypto.loop "
+                        f"{ln.attrs['name']!r} ({n.where or '?'}) is used after that body ({_where()}). Rule: a loop "
+                        f"of more than {loops.UNROLL_LIMIT} iterations (or with bounds known only at run time) is traced "
+                        "once, not unrolled, so a Python variable set in its body does not carry a value from one "
+                        "iteration to the next or out of the loop. Fix: write the value to a tensor inside the loop "
+                        "(acc[:] = ..., with acc = pypto.tensor(...) made before the loop) and read that tensor")
 
     def new(self, op, inputs, shape, dtype, attrs=None, vec=False, cube=False) -> Tensor:
         st = config.STATE
@@ -54,6 +85,8 @@ class Trace:
             check_representable(dtype, f"pypto.{op}'s result")
         if st.semantic_label:
             attrs = dict(attrs or {}, semantic_label=st.semantic_label)
+        if self.bodies:
+            self._check_body_values(inputs)
         node = self.graph.add(op, inputs, shape, dtype, attrs, st.vec_tile if vec else None,
                               st.cube_tile if cube else None, "/".join(self.loops), _where())
         return Tensor._bound(self, node.id)
@@ -73,10 +106,16 @@ class Trace:
 
     def note_read(self, tid: int, node_id: int) -> None:
         reg = self.gm_region(tid)
+        if reg is not None and any(is_symbolic(o) for o in reg[1]):
+            self.sym_roots.add(reg[0])
+            return
         if reg is not None and self.graph.nodes[tid].op != "view_pending":
             self.events.append(("r", reg[0], reg[1], self.graph.nodes[tid].shape, node_id, self.graph.nodes[node_id].where))
 
     def note_write(self, root: int, offsets, shape, node_id: int) -> None:
+        if any(is_symbolic(o) for o in offsets):
+            self.sym_roots.add(root)   # checked when the kernel runs (execute.py), not here
+            return
         self.events.append(("w", root, tuple(offsets), tuple(shape), node_id, self.graph.nodes[node_id].where))
 
     def check_outputs(self) -> None:
@@ -84,7 +123,7 @@ class Trace:
         written_roots = {e[1] for e in self.events if e[0] == "w"}
         masks: dict[int, np.ndarray] = {}
         for kind, root, offsets, shape, node_id, where in self.events:
-            if root not in written_roots:
+            if root not in written_roots or root in self.sym_roots:
                 continue
             rn = self.graph.nodes[root]
             mask = masks.get(root)
@@ -106,9 +145,11 @@ class Trace:
     def unwritten_arguments(self) -> list[str]:
         """Why each kernel argument that is left (partly) unwritten is suspicious: an argument the
         kernel neither reads nor writes, or an output it writes only in part."""
-        used = {i for n in self.graph.nodes for i in n.inputs}
+        used = {i for n in self.graph.nodes for i in n.inputs} | self.scalar_roots
         problems = []
         for pid, name in zip(self.graph.params, self.graph.param_names):
+            if pid in self.sym_roots:
+                continue   # written at symbolic offsets: which elements depends on the run
             shape = list(self.graph.nodes[pid].shape)
             writes = [e for e in self.events if e[0] == "w" and e[1] == pid]
             if not writes:
@@ -337,7 +378,31 @@ class Tensor:
         key = key + (slice(None),) * (len(shape) - len(key))
         offsets, sizes, drop, explicit = [], [], [], []
         for d, (k, n) in enumerate(zip(key, shape)):
-            if isinstance(k, slice):
+            if isinstance(k, slice) and (is_symbolic(k.start) or is_symbolic(k.stop)):
+                if k.step not in (None, 1):
+                    raise TraceError(f"slice step {k.step} on dimension {d}: only contiguous slices (step 1) are views")
+                start = 0 if k.start is None else k.start
+                stop = n if k.stop is None else k.stop
+                size = stop - start
+                size = int(size)  # a view's size is a Python int: a guard of the loop body if it is symbolic
+                h = hint_of(start)
+                if size <= 0 or size > n or (h is not None and not 0 <= h <= n - size):
+                    raise ShapeError(f"slice {start}:{stop} of dimension {d} (size {n}) is empty or out of range in "
+                                     f"the iteration traced (start {h}, {size} elements); indices must satisfy "
+                                     f"0 <= start < stop <= {n}")
+                offsets.append(start)
+                sizes.append(size)
+                explicit.append(True)
+            elif is_symbolic(k):
+                h = hint_of(k)
+                if h is not None and not 0 <= h < n:
+                    raise ShapeError(f"index {k} = {h} on dimension {d} is out of range for size {n} in the "
+                                     "iteration traced")
+                offsets.append(k)
+                sizes.append(1)
+                drop.append(d)
+                explicit.append(True)
+            elif isinstance(k, slice):
                 if k.step not in (None, 1):
                     raise TraceError(f"slice step {k.step} on dimension {d}: only contiguous slices (step 1) are views")
                 start = 0 if k.start is None else int(k.start)
@@ -367,10 +432,30 @@ class Tensor:
     def __getitem__(self, key):
         ops = _ops()
         offsets, sizes, drop, _ = self._parse_key(key)
+        if (len(drop) == len(sizes) and self.is_bound and self.dtype.lab == "int32"
+                and self._trace.gm_region(self._id) is not None):
+            # x[b, i] of a DT_INT32 tensor in GM: a scalar read when the kernel runs (GetTensorData);
+            # an element of a computed tensor stays a rank-0 tensor (it broadcasts)
+            return self._read_scalar(offsets)
         v = ops.view(self, sizes, offsets)
         if drop:
             v = ops.reshape(v, [s for d, s in enumerate(sizes) if d not in drop])
         return v
+
+    def _read_scalar(self, offsets) -> SymbolicScalar:
+        tr = self._trace
+        reg = tr.gm_region(self._id)
+        if reg is None:
+            raise TraceError(f"reading an element of {self._describe()} as a scalar: it is computed, not in GM. "
+                             "Rule: only kernel arguments and pypto.tensor buffers (GM) can be read element by "
+                             "element (the Scalar unit reads GM). Fix: read from the argument, or write the value to "
+                             "a pypto.tensor first")
+        root, roff = reg
+        tr.scalar_roots.add(root)
+        idx = [a + b for a, b in zip(roff, offsets)]
+        rn = tr.graph.nodes[root]
+        name = f"{rn.attrs.get('name') or f'tensor %{root}'}[{', '.join(str(i) for i in idx)}]"
+        return SymbolicScalar.read(root, idx, name)
 
     def __setitem__(self, key, value):
         ops = _ops()

@@ -142,7 +142,9 @@ class Group:
             d.update({"space": list(self.space), "vec_tile": list(self.tile), "reduced_axes": sorted(self.reduced),
                       "tiles_per_dim": list(self.counts), "tiles_per_task": self.k, "tasks": self.n_tasks,
                       "tiles": self.k * self.n_tasks, "loads": self.loads,
-                      "stores": [{"tensor": t, "into": r, "offsets": list(o) if o else None} for t, r, o in self.stores],
+                      "stores": [{"tensor": t, "into": r,
+                                  "offsets": [x if isinstance(x, int) else str(x) for x in o] if o else None}
+                                 for t, r, o in self.stores],
                       "ub_bytes_per_task": self.ub_bytes, "ub_slots": self.slots})
         return d
 

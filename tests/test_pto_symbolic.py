@@ -1,0 +1,250 @@
+"""SymbolicScalar, tensor reads as scalars (a paged-attention block table) and long loops kept as
+loops (pypto_lab.pto.symbolic / loops): what a kernel author relies on."""
+
+import warnings
+
+import pytest
+import torch
+
+import pypto_lab.pto as pypto
+from pypto_lab.pto import loops
+from pypto_lab.pto.errors import (
+    LoopError,
+    PtoError,
+    ScalarReadError,
+    SymbolicIndexError,
+    UnwrittenOutputWarning,
+)
+
+SIM = {"run_mode": pypto.RunMode.SIM, "chip": "Ascend910B1"}
+
+
+def test_symbolic_scalar_api_matches_the_real_one():
+    s1, s2, x = pypto.SymbolicScalar(10), pypto.SymbolicScalar(5), pypto.SymbolicScalar("x")
+    assert s1.is_concrete() and s1.is_immediate() and not s1.is_symbol() and not s1.is_expression()
+    assert x.is_symbol() and not x.is_concrete() and not x.is_expression()
+    e = x + 5
+    assert e.is_expression() and not e.is_symbol()
+    assert s1.max(s2).concrete() == 10 and s1.max(13).concrete() == 13 and s1.min(3).concrete() == 3
+    assert str(x.max(2)) == "RUNTIME_Max(x, 2)" and str(x.min(2)) == "RUNTIME_Min(x, 2)"
+    assert ((s1 * 3 - 4) // 2 % 5).concrete() == 3
+    assert str(pypto.max(x, 4)) == "RUNTIME_Max(x, 4)" and pypto.min(3, 7) == 3
+    assert pypto.symbolic_scalar is pypto.SymbolicScalar
+    assert pypto.SymbolicScalar(x).name == "x"
+    with pytest.raises(PtoError, match="not a concrete value"):
+        x.concrete()
+    with pytest.raises(ValueError):   # the real API raises ValueError: PtoError is one
+        x.concrete()
+
+
+def _rows_add(n_rows_per_iter=1):
+    r = n_rows_per_iter
+
+    @pypto.jit(runtime_options=SIM)
+    def k(x: pypto.Tensor, y: pypto.Tensor, out: pypto.Tensor):
+        pypto.set_vec_tile_shapes(r, 64)
+        for i in pypto.loop(x.shape[0] // r, name="LOOP_rows", idx_name="i"):
+            out[i * r:(i + 1) * r, :] = x[i * r:(i + 1) * r, :] + y[i * r:(i + 1) * r, :]
+    return k
+
+
+def test_a_long_loop_is_one_node_traced_once_and_costs_per_iteration():
+    x = torch.randn(2000, 64, dtype=torch.float16)
+    out = torch.empty_like(x)
+    k = _rows_add()
+    k(x, x, out)
+    assert torch.equal(out, x + x)
+    g = k.last_compiled.tensor_graph
+    loop_nodes = [n for n in g.nodes if n.op == "loop"]
+    assert len(loop_nodes) == 1 and len(loop_nodes[0].attrs["variants"]) == 1
+    assert len(g.nodes) < 12                       # not 2000 x (view, view, add, assemble)
+    info = k.last_run.loops[0]
+    assert info["loop"] == "LOOP_rows" and info["iterations"] == 2000
+    assert info["variants"][0]["simulated"] < 2000
+    small = _rows_add()
+    small(x[:1000], x[:1000], out[:1000])
+    ratio = k.last_run.cycles / small.last_run.cycles
+    assert 1.6 < ratio < 2.4                       # twice the iterations, about twice the time
+    assert "2,000 iterations" in k.last_run.summary()
+
+
+def test_the_extrapolated_cost_is_close_to_the_unrolled_simulation(monkeypatch):
+    x = torch.randn(1000 * 8, 64, dtype=torch.float16)
+    out = torch.empty_like(x)
+    sym = _rows_add(8)
+    sym(x, x, out)
+    monkeypatch.setattr(loops, "UNROLL_LIMIT", 10**6)
+    unrolled = _rows_add(8)
+    unrolled(x, x, out)
+    assert len(unrolled.last_compiled.tensor_graph.nodes) > 3000
+    assert abs(sym.last_run.cycles - unrolled.last_run.cycles) / unrolled.last_run.cycles < 0.10
+
+
+def test_python_if_and_cond_on_the_index_trace_one_body_per_iteration_class():
+    @pypto.jit(runtime_options=SIM)
+    def k(x: pypto.Tensor, out: pypto.Tensor):
+        pypto.set_vec_tile_shapes(1, 64)
+        for i in pypto.loop(0, 200, 1, name="L", idx_name="i"):
+            row = x[i:i + 1, :]
+            if i < 3:                                   # a Python if on the symbolic index
+                out[i:i + 1, :] = row + row
+            elif pypto.cond(pypto.is_loop_end(i)):
+                out[i:i + 1, :] = row * row
+            else:
+                out[i:i + 1, :] = row - row
+    x = torch.randn(200, 64, dtype=torch.float16)
+    out = torch.empty_like(x)
+    k(x, out)
+    ref = x - x
+    ref[:3] = x[:3] + x[:3]
+    ref[199] = x[199] * x[199]
+    assert torch.equal(out, ref)
+    (node,) = [n for n in k.last_compiled.tensor_graph.nodes if n.op == "loop"]
+    assert len(node.attrs["variants"]) == 3
+    counts = sorted(v["iterations"] for v in k.last_run.loops[0]["variants"])
+    assert counts == [1, 3, 196]
+
+
+def test_is_loop_begin_and_end_of_a_symbolic_loop():
+    @pypto.jit(runtime_options=SIM)
+    def k(x: pypto.Tensor, out: pypto.Tensor):
+        pypto.set_vec_tile_shapes(1, 64)
+        for i in pypto.loop(100, name="L", idx_name="i"):
+            row = x[i:i + 1, :]
+            if pypto.is_loop_begin(i):
+                out[i:i + 1, :] = row * 2.0
+            else:
+                out[i:i + 1, :] = row * 3.0
+    x = torch.randn(100, 64, dtype=torch.float32)
+    out = torch.empty_like(x)
+    k(x, out)
+    assert torch.equal(out[0], x[0] * 2) and torch.equal(out[1:], x[1:] * 3)
+
+
+def test_nested_symbolic_loops_pick_the_inner_class_per_outer_iteration():
+    @pypto.jit(runtime_options=SIM)
+    def k(x: pypto.Tensor, out: pypto.Tensor):
+        pypto.set_vec_tile_shapes(1, 64)
+        for i in pypto.loop(80, name="Lo", idx_name="i"):
+            for j in pypto.loop(70, name="Li", idx_name="j"):
+                r = i * 70 + j
+                if pypto.is_loop_begin(j):
+                    out[r:r + 1, :] = x[r:r + 1, :] * 2.0
+                else:
+                    out[r:r + 1, :] = x[r:r + 1, :] + 1.0
+    x = torch.randn(80 * 70, 64)
+    out = torch.empty_like(x)
+    k(x, out)
+    ref = x + 1
+    ref[::70] = x[::70] * 2
+    assert torch.equal(out, ref)
+    inner = next(lp for lp in k.last_run.loops if lp["loop"] == "Li")
+    assert [v["iterations"] for v in inner["variants"]] == [80, 80 * 69]
+
+
+def _paged_gather(n_blocks, block):
+    @pypto.jit(runtime_options=SIM)
+    def gather(cache: pypto.Tensor, block_table: pypto.Tensor([1, pypto.DYNAMIC], pypto.DT_INT32),
+               out: pypto.Tensor):
+        pypto.set_vec_tile_shapes(block, 64)
+        for j in pypto.loop(n_blocks, name="LOOP_blocks", idx_name="j"):
+            blk = block_table[0, j]                     # a scalar read when the kernel runs
+            out[j * block:(j + 1) * block, :] = pypto.view(cache, [block, 64], [blk * block, 0]) * 1.0
+    return gather
+
+
+@pytest.mark.parametrize("n_blocks", [6, 100])        # unrolled, and kept as a loop
+def test_block_table_reads_give_view_offsets_at_run_time(n_blocks):
+    block, pool = 8, 128
+    cache = torch.randn(pool * block, 64, dtype=torch.float32)
+    out = torch.empty(n_blocks * block, 64, dtype=torch.float32)
+    k = _paged_gather(n_blocks, block)
+    for seed in (0, 1):                                # the same compiled kernel, another table
+        table = torch.randperm(pool, generator=torch.Generator().manual_seed(seed))[:n_blocks]
+        table = table.to(torch.int32).reshape(1, -1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UnwrittenOutputWarning)   # the table is read, not unused
+            k(cache, table, out)
+        ref = torch.cat([cache[int(b) * block:(int(b) + 1) * block] for b in table[0]])
+        assert torch.equal(out, ref)
+    assert k.cache_info()["traces"] == 1
+
+
+def test_a_block_table_entry_out_of_range_names_value_bound_tensor_and_fix():
+    block, pool = 8, 16
+    cache = torch.randn(pool * block, 64, dtype=torch.float32)
+    table = torch.arange(100, dtype=torch.int32).reshape(1, -1) % pool
+    table[0, 70] = 99                                  # block 99 of a 16-block pool
+    out = torch.empty(100 * block, 64, dtype=torch.float32)
+    with pytest.raises(SymbolicIndexError) as err:
+        _paged_gather(100, block)(cache, table, out)
+    msg = str(err.value)
+    assert "cache" in msg and "= 792" in msg and "size 128" in msg and "j = 70" in msg and "Fix:" in msg
+    assert isinstance(err.value, PtoError)
+
+
+def test_a_loop_bound_read_from_a_tensor_is_known_at_run_time():
+    @pypto.jit(runtime_options=SIM)
+    def k(x: pypto.Tensor, n: pypto.Tensor([1], pypto.DT_INT32), out: pypto.Tensor):
+        pypto.set_vec_tile_shapes(1, 64)
+        for i in pypto.loop(n[0], name="L", idx_name="i"):
+            out[i:i + 1, :] = x[i:i + 1, :] + 1.0
+    x = torch.randn(300, 64, dtype=torch.float32)
+    runs = {}
+    for count in (50, 250):
+        out = torch.zeros_like(x)
+        k(x, torch.tensor([count], dtype=torch.int32), out)
+        assert torch.equal(out[:count], x[:count] + 1) and not out[count:].any()
+        assert k.last_run.loops[0]["iterations"] == count
+        runs[count] = k.last_run.cycles
+    assert k.cache_info()["traces"] == 1 and runs[250] > 2 * runs[50]
+
+
+def test_an_index_read_from_data_cannot_drive_a_python_if():
+    @pypto.jit(runtime_options=SIM)
+    def k(x: pypto.Tensor, t: pypto.Tensor([1], pypto.DT_INT32), out: pypto.Tensor):
+        pypto.set_vec_tile_shapes(1, 64)
+        if t[0] > 0:
+            out[:] = x + 1.0
+    with pytest.raises(ScalarReadError, match=r"t\[0\].*pypto.where"):
+        k(torch.zeros(4, 64), torch.ones(1, dtype=torch.int32), torch.zeros(4, 64))
+
+
+def test_a_value_carried_out_of_a_symbolic_loop_is_refused():
+    @pypto.jit(runtime_options=SIM)
+    def k(x: pypto.Tensor, out: pypto.Tensor):
+        pypto.set_vec_tile_shapes(1, 64)
+        acc = x[0:1, :]
+        for i in pypto.loop(100):
+            acc = acc + x[i:i + 1, :]
+        out[0:1, :] = acc
+    with pytest.raises(LoopError, match=r"traced once.*Fix: write the value to a tensor"):
+        k(torch.zeros(100, 64), torch.zeros(1, 64))
+
+
+def test_an_index_made_a_python_int_in_every_iteration_is_refused_by_name():
+    @pypto.jit(runtime_options=SIM)
+    def k(x: pypto.Tensor, out: pypto.Tensor):
+        pypto.set_vec_tile_shapes(1, 64)
+        for i in pypto.loop(1000, name="LOOP_i"):
+            r = int(i)
+            out[r:r + 1, :] = x[r:r + 1, :] + 1.0
+    with pytest.raises(LoopError, match=r"'LOOP_i' \(1000 iterations\).*int\(\)|'LOOP_i' \(1000 iterations\)"):
+        k(torch.zeros(1000, 64), torch.zeros(1000, 64))
+
+
+def test_the_trace_groups_a_loop_into_one_lane_with_its_iteration_count(tmp_path):
+    x = torch.randn(5000, 64, dtype=torch.float16)
+    out = torch.empty_like(x)
+    k = _rows_add()
+    k(x, x, out)
+    tr = k.last_run.chrome_trace()
+    procs = [e for e in tr["traceEvents"] if e.get("name") == "process_name"]
+    loops_pid = next(e["pid"] for e in procs if e["args"]["name"] == "loops")
+    lanes = [e for e in tr["traceEvents"] if e.get("name") == "thread_name" and e["pid"] == loops_pid]
+    assert [e["args"]["name"] for e in lanes] == ["LOOP_rows (5,000 iterations)"]
+    spans = [e for e in tr["traceEvents"] if e.get("ph") == "X" and e["pid"] == loops_pid]
+    assert len(spans) == 1 and spans[0]["args"]["iterations"] == 5000 and spans[0]["dur"] > 0
+    assert len(k.last_compiled.execute_graph.program) < 5000     # not one task per iteration
+    k.dump_stages(tmp_path)                                       # symbolic offsets serialise
+    assert "loop_idx_i" in (tmp_path / "tensor_graph.json").read_text()

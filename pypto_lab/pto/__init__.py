@@ -44,6 +44,7 @@ from .dtypes import (
 from .errors import (
                      BroadcastError,
                      DTypeError,
+                     IndexBoundsError,
                      LoopError,
                      NoNPUError,
                      NoTileShapeError,
@@ -114,6 +115,7 @@ from .ops import (
                      where,
                      zeros,
 )
+from .ops_index import gather, index_add, index_add_, index_select, scatter, scatter_, scatter_update
 from .result import RunResult
 from .tensor import Tensor
 
@@ -130,6 +132,7 @@ __all__ = [
     "min", "max", "concat", "expand_clone",
     "PtoError", "NoNPUError", "TileRankError", "TileAlignmentError", "TileCapacityError", "TileShapeError",
     "NoTileShapeError", "UnwrittenOutputError", "BroadcastError", "ShapeError", "DTypeError", "OptionError",
-    "LoopError", "ScalarReadError", "UnwrittenOutputWarning",
+    "LoopError", "ScalarReadError", "UnwrittenOutputWarning", "IndexBoundsError",
+    "gather", "index_select", "scatter_update", "scatter", "scatter_", "index_add", "index_add_",
     "TraceError",
 ]

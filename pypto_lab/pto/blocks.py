@@ -62,6 +62,9 @@ def build_block_graph(tg: TileGraph, chip: Chip) -> BlockGraph:
             bm, bn = -(-g.m // t.m_l1), -(-g.n // t.n_l1)
             tasks = [(b, i, j) for b in range(g.batch) for i in range(bm) for j in range(bn)]
             cores = cube_core_ids(chip)
+        elif g.kind == "special":
+            tasks = [(i,) for i in range(g.n_tasks)]
+            cores = vector_core_ids(chip)
         else:
             ranges = [range(c) if d not in g.reduced else range(1) for d, c in enumerate(g.counts)]
             tasks = list(itertools.product(*ranges))

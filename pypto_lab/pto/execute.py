@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from ..hw import numerics
+from . import special
 from .graph import TensorGraph
 
 _FLOAT = ("fp16", "bf16", "fp32")
@@ -57,7 +58,9 @@ def run_graph(graph: TensorGraph, args: list[torch.Tensor]) -> dict[int, torch.T
             continue
         ins = [env[i] for i in n.inputs]
         dt = n.dtype
-        if op == "alloc":
+        if op in special.REGISTRY:
+            env[n.id] = special.REGISTRY[op].run(n, ins, graph)
+        elif op == "alloc":
             env[n.id] = torch.zeros(n.shape, dtype=dt.torch)
         elif op == "view":
             env[n.id] = ins[0][tuple(slice(o, o + s) for o, s in zip(n.attrs["offsets"], n.shape))]

@@ -20,6 +20,9 @@ ELEMENTWISE = ("add", "sub", "mul", "div", "adds", "subs", "rsubs", "muls", "div
                "maxs", "mins", "sigmoid", "log", "expm1", "erf", "erfc", "ceil", "floor", "trunc", "round",
                "pow", "pows", "cmp", "cmps", "logical_and", "logical_not", "where", "expand", "full", "arange")
 REDUCTIONS = ("amax", "amin", "sum")
+# ops that do not tile element-wise: one group each, costed and computed by `special.REGISTRY`
+SPECIAL_KINDS = ("gather", "index_select", "scatter_update", "scatter", "scatter_", "index_add", "index_add_",
+                 "topk", "argsort", "argreduce", "cumulative", "random")
 
 
 @dataclass

@@ -80,6 +80,9 @@ class CompiledKernel:
                 eb = nodes[g.nodes[0]].dtype.bytes
                 ib = nodes[nodes[g.nodes[0]].inputs[0]].dtype.bytes
                 traffic += g.batch * (g.m * g.kk + g.kk * g.n) * ib + g.batch * g.m * g.n * eb
+            elif g.kind == "special":  # the bytes its tasks move (a gather reads the rows it indexes)
+                flops += float(torch.Size(nodes[g.nodes[0]].shape).numel())
+                traffic += sum(s[1] * s[2] for task in g.steps for s in task if s[0] in ("load", "store"))
             else:
                 peak["UB"] = max(peak["UB"], g.ub_bytes * g.slots)
                 for nid in g.nodes:

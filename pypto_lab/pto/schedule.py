@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from ..hw.chip import DTYPE_BYTES, PIPES, Chip
 from ..hw.programs import CubeProgram, emit_repeats, flush_writebacks, gm_rates, move
 from ..hw.simulator import PingPong, Program, ProgramArrays
+from . import special
 from .blocks import BlockGraph
 from .graph import REDUCTIONS
 from .tiling import TileGraph
@@ -134,6 +135,8 @@ def build_execute_graph(tg: TileGraph, bg: BlockGraph, chip: Chip, n_cores: int)
                 barrier[c] = em.emit(c, "SCALAR", 0.0, "wait for producer stage", dep_instrs)
         if g.kind == "cube":
             _emit_cube(em, g, assign, chip, barrier)
+        elif g.kind == "special":
+            special.emit_group(em, g, assign, chip, barrier)
         else:
             _emit_vector(em, g, tg.graph, assign, chip, barrier)
         group_lanes.append(dict(em.lane_last))

@@ -116,6 +116,7 @@ from .ops import (
                      zeros,
 )
 from .ops_index import gather, index_add, index_add_, index_select, scatter, scatter_, scatter_update
+from .ops_sort import TopKAlgo, argmax, argmin, argsort, cumprod, cumsum, topk
 from .result import RunResult
 from .tensor import Tensor
 
@@ -133,6 +134,7 @@ __all__ = [
     "PtoError", "NoNPUError", "TileRankError", "TileAlignmentError", "TileCapacityError", "TileShapeError",
     "NoTileShapeError", "UnwrittenOutputError", "BroadcastError", "ShapeError", "DTypeError", "OptionError",
     "LoopError", "ScalarReadError", "UnwrittenOutputWarning", "IndexBoundsError",
+    "TopKAlgo", "topk", "argsort", "argmax", "argmin", "cumsum", "cumprod",
     "gather", "index_select", "scatter_update", "scatter", "scatter_", "index_add", "index_add_",
     "TraceError",
 ]

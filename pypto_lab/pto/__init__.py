@@ -118,6 +118,7 @@ from .ops import (
 from .ops_index import gather, index_add, index_add_, index_select, scatter, scatter_, scatter_update
 from .ops_nn import rms_norm, var
 from .ops_quant import dequantize, quantize
+from .ops_random import normal, uniform
 from .ops_sort import TopKAlgo, argmax, argmin, argsort, cumprod, cumsum, topk
 from .result import RunResult
 from .tensor import Tensor
@@ -136,7 +137,7 @@ __all__ = [
     "PtoError", "NoNPUError", "TileRankError", "TileAlignmentError", "TileCapacityError", "TileShapeError",
     "NoTileShapeError", "UnwrittenOutputError", "BroadcastError", "ShapeError", "DTypeError", "OptionError",
     "LoopError", "ScalarReadError", "UnwrittenOutputWarning", "IndexBoundsError",
-    "quantize", "dequantize", "rms_norm", "var",
+    "uniform", "normal", "quantize", "dequantize", "rms_norm", "var",
     "TopKAlgo", "topk", "argsort", "argmax", "argmin", "cumsum", "cumprod",
     "gather", "index_select", "scatter_update", "scatter", "scatter_", "index_add", "index_add_",
     "TraceError",

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from ..hw import numerics
-from . import special
+from . import ops_math, special
 from .graph import TensorGraph
 
 _FLOAT = ("fp16", "bf16", "fp32")
@@ -60,6 +60,8 @@ def run_graph(graph: TensorGraph, args: list[torch.Tensor]) -> dict[int, torch.T
         dt = n.dtype
         if op in special.REGISTRY:
             env[n.id] = special.REGISTRY[op].run(n, ins, graph)
+        elif op == "math":
+            env[n.id] = ops_math.compute(n, ins)
         elif op == "alloc":
             env[n.id] = torch.zeros(n.shape, dtype=dt.torch)
         elif op == "view":

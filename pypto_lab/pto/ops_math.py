@@ -19,7 +19,7 @@ import torch
 from .dtypes import DT_BOOL
 from .errors import DTypeError
 from .ops import _nary, _tensor, assemble
-from .tensor import Tensor, current_trace
+from .tensor import current_trace
 
 _FLOAT = ("fp16", "bf16", "fp32")
 _INT = ("int8", "int16", "int32")
@@ -299,9 +299,12 @@ def axpy_(y, x, alpha=1.0):
     """In place ``y += alpha * x`` (VAXPY); returns y. If y is a kernel argument it is updated."""
     y_t, x_t = _tensor(y, "axpy_"), _tensor(x, "axpy_")
     r = _math("axpy", [y_t, x_t], _FLOAT + ("int16", "int32"), scalar=alpha)
-    if isinstance(y, Tensor) and current_trace("pypto.axpy_").gm_region(y_t._id) is not None:
-        if list(r.shape) == list(y_t.shape):
-            assemble(r, [0] * y_t.ndim, y_t)
+    tr = current_trace("pypto.axpy_")
+    reg = tr.gm_region(y_t._id)
+    if reg is not None and list(r.shape) == list(y_t.shape):
+        # an in-place update reads the values y had before the call: not a read of an unwritten output
+        tr.events = [e for e in tr.events if not (e[0] == "r" and e[1] == reg[0] and e[4] == r._id)]
+        assemble(r, [0] * y_t.ndim, y_t)
     return r
 
 

@@ -37,7 +37,7 @@ def test_longer_rows_take_more_merge_passes():
     costs = {}
     for n in (64, 1024):
         @pypto.jit(runtime_options=SIM)
-        def k(x: pypto.Tensor(), out: pypto.Tensor()):
+        def k(x: pypto.Tensor(), out: pypto.Tensor(), n=n):
             pypto.set_vec_tile_shapes(1, n)
             out[:] = pypto.argsort(x)
         k(torch.randn(1, n), torch.empty(1, n, dtype=torch.int32))

@@ -115,7 +115,18 @@ from .ops import (
                      where,
                      zeros,
 )
-from .ops_index import gather, index_add, index_add_, index_select, scatter, scatter_, scatter_update
+from .ops_index import (
+    gather,
+    index_add,
+    index_add_,
+    index_add__ub,
+    index_add_ub,
+    index_put_,
+    index_select,
+    scatter,
+    scatter_,
+    scatter_update,
+)
 from .ops_math import (
                      acos,
                      acosh,
@@ -158,7 +169,8 @@ from .ops_math import (
 from .ops_nn import rms_norm, var
 from .ops_quant import dequantize, quantize
 from .ops_random import normal, uniform
-from .ops_sort import TopKAlgo, argmax, argmin, argsort, cumprod, cumsum, topk
+from .ops_shape import one_hot, pad, permute, prelu, tril, triu, unsqueeze
+from .ops_sort import TopKAlgo, argmax, argmin, argsort, cumprod, cumsum, prod, topk
 from .result import RunResult
 from .tensor import Tensor
 
@@ -177,7 +189,8 @@ __all__ = [
     "NoTileShapeError", "UnwrittenOutputError", "BroadcastError", "ShapeError", "DTypeError", "OptionError",
     "LoopError", "ScalarReadError", "UnwrittenOutputWarning", "IndexBoundsError",
     "sin", "cos", "tan", "tanh", "sinh", "cosh", "asin", "acos", "atan", "asinh", "acosh", "atanh", "exp2", "log2", "log10", "log1p", "cbrt", "sign", "isnan", "isfinite", "signbit", "lrelu", "hypot", "atan2", "fmod", "remainder", "floor_div", "ceil_div", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "gcd", "clone", "axpy_",
-    "uniform", "normal", "quantize", "dequantize", "rms_norm", "var",
+    "unsqueeze", "permute", "tril", "triu", "prelu", "pad", "one_hot", "prod", "index_add_ub", "index_add__ub",
+    "index_put_", "uniform", "normal", "quantize", "dequantize", "rms_norm", "var",
     "TopKAlgo", "topk", "argsort", "argmax", "argmin", "cumsum", "cumprod",
     "gather", "index_select", "scatter_update", "scatter", "scatter_", "index_add", "index_add_",
     "TraceError",

@@ -388,3 +388,74 @@ special.register("index_add_", _run_index_add, _tasks_index_add, inplace=True)
 
 
 __all__ = ["gather", "index_select", "scatter_update", "scatter", "scatter_", "index_add", "index_add_"]
+
+
+# ---- the UB variants of index_add (same semantics; the real API keeps the rows in UB) ----------
+
+def index_add_ub(input, dim: int, index, source, *, alpha=1):
+    """The UB variant of index_add (the real API's, with more constraints): same result and, here,
+    the same costing as index_add."""
+    return _index_add("index_add", input, dim, index, source, alpha)
+
+
+def index_add__ub(input, dim: int, index, source, *, alpha=1):
+    """The UB variant of index_add_ (in place): same result and costing as index_add_."""
+    return _index_add("index_add_", input, dim, index, source, alpha)
+
+
+# ---- index_put_ ----------------------------------------------------------------------------------
+
+def index_put_(input, indices: tuple, values, accumulate: bool = False):
+    """In place: ``input[indices] = values`` (``+=`` with ``accumulate=True``), ``indices`` a tuple of
+    k 1-D index tensors of the same length n selecting along the first k axes; ``values`` has shape
+    ``[n] + input.shape[k:]``. One MTE3 transfer per selected row (an MTE2 read of it too when
+    accumulating). Returns None, as the real API."""
+    tr = current_trace("pypto.index_put_")
+    x, v = _tensor(input, "index_put_"), _tensor(values, "index_put_")
+    _check_dtype("index_put_", x, _SCATTER_DT)
+    check_dtype_same("index_put_", x, v)
+    idx = [_tensor(i, "index_put_") for i in (indices if isinstance(indices, (tuple, list)) else (indices,))]
+    for i in idx:
+        _check_index("index_put_", i)
+    k = len(idx)
+    n = idx[0].shape[0] if idx and idx[0].ndim == 1 else -1
+    if not 1 <= k <= x.ndim or any(i.ndim != 1 or i.shape[0] != n for i in idx):
+        raise ShapeError(f"index_put_: {k} index tensors of shapes {[i.shape for i in idx]} for input {x.shape}. "
+                         f"Rule: 1 to {x.ndim} 1-D index tensors of one length n")
+    want = [n] + list(x.shape[k:])
+    if list(v.shape) != want:
+        raise ShapeError(f"index_put_: values of shape {v.shape}. Rule: values has shape [n] + input.shape[k:] = {want}")
+    _vec_check("index_put_", v.shape, [x.dtype])
+    attrs = dict(_root_attrs(tr, x), accumulate=bool(accumulate), k=k)
+    out = tr.new("index_put_", [x._id, v._id] + [i._id for i in idx], x.shape, x.dtype, attrs, vec=True)
+    for t in [v] + idx:
+        tr.note_read(t._id, out._id)
+    if "root" in attrs:
+        tr.note_write(attrs["root"], attrs["root_offsets"], x.shape, out._id)
+    return None
+
+
+def _run_index_put(n, ins, graph):
+    x, v, idx = ins[0], ins[1], ins[2:]
+    for d, i in enumerate(idx):
+        _bounds("index_put_", i, x.shape[d], d)
+    x.index_put_(tuple(i.long() for i in idx), v, accumulate=n.attrs["accumulate"])
+    return x
+
+
+def _tasks_index_put(n, nodes, chip):
+    x, v = nodes[n.inputs[0]], nodes[n.inputs[1]]
+    k, eb = n.attrs["k"], x.dtype.bytes
+    inner = math.prod(x.shape[k:])
+    ib = sum(nodes[i].dtype.bytes for i in n.inputs[2:])
+    tasks = []
+    for r in chunks(v.shape[0], rows_per_task(n, inner)):
+        steps = [("load", r * ib, 1), ("load", r * inner * eb, 1)]
+        if n.attrs["accumulate"]:
+            steps += [("load", inner * eb, r), ("vec", "VADD", vkey(x.dtype), reps(chip, r * inner, eb))]
+        tasks.append(steps + [("store", inner * eb, r)])
+    return tasks
+
+
+special.register("index_put_", _run_index_put, _tasks_index_put, inplace=True)
+__all__ += ["index_add_ub", "index_add__ub", "index_put_"]

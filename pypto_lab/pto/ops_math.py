@@ -57,6 +57,8 @@ INSTRS = {
     "bitwise_xor": _XOR, "bitwise_not": (("VNOT", "UINT16_UINT16"),),
     "bitwise_left_shift": (("VSHL", "{I}_{I}"),), "bitwise_right_shift": (("VSHR", "{I}_{I}"),),
     "clone": (("VCOPY", "{C}"),), "axpy": (("VAXPY", "{D}_{D}_{D}"),),
+    "tril": (("VCMPVS", "{D}_{D}_{D}"), "VSEL"), "triu": (("VCMPVS", "{D}_{D}_{D}"), "VSEL"),  # mask, select
+    "prelu": (("VCMPVS", "{D}_{D}_{D}"), "VMUL", "VSEL"),
 }
 # integer division-like ops go through fp32 on the Vector unit (no integer divide)
 _INT_VIA_FLOAT = {
@@ -114,6 +116,8 @@ def compute(n, ins) -> torch.Tensor:
         return _TORCH[fn](ins[0])
     if fn == "clone":
         return ins[0].clone()
+    if fn in ("tril", "triu"):
+        return getattr(torch, fn)(ins[0], int(a["scalar"]))
     if fl:
         f = [x.float() if x.is_floating_point() else x.to(torch.float32) for x in xs]
         if fn in _TORCH:
@@ -130,6 +134,8 @@ def compute(n, ins) -> torch.Tensor:
             r = torch.floor(f[0] / f[1])
         elif fn == "axpy":
             r = f[0] + f[1] * f[2]
+        elif fn == "prelu":
+            r = torch.where(f[0] >= 0, f[0], f[0] * f[1])
         else:
             raise NotImplementedError(fn)
         return r.to(dt.torch)

@@ -206,3 +206,48 @@ def test_bad_input_raises_a_named_error(call, exc, pattern):
         return r[0] if isinstance(r, tuple) else r
     with pytest.raises(exc, match=pattern):
         k(torch.randn(8, 32), torch.zeros(8, 32, dtype=torch.int32))
+
+
+def test_shape_and_mask_ops_match_torch():
+    @pypto.frontend.jit(runtime_options=SIM)
+    def k(x: pypto.Tensor((8, 32), pypto.DT_FP32), w: pypto.Tensor((32,), pypto.DT_FP32),
+          c: pypto.Tensor((8,), pypto.DT_INT32)):
+        pypto.set_vec_tile_shapes(8, 32)
+        out = (pypto.tril(x), pypto.triu(x, 1), pypto.prelu(x, w), pypto.prod(x, 1), pypto.prod(x, 0, keepdim=True),
+               pypto.pad(x, (0, 8, 0, 2), value=-1.0), pypto.one_hot(c, 32), pypto.permute(x, [1, 0]))
+        pypto.set_vec_tile_shapes(1, 8, 32)
+        return out + (pypto.unsqueeze(x, 0) * 2.0,)
+    x, w, c = torch.randn(8, 32), torch.randn(32), torch.randint(0, 32, (8,), dtype=torch.int32)
+    a, b, p, pr, p0, pd, oh, pm, u = k(x, w, c)
+    assert torch.equal(a, x.tril()) and torch.equal(b, x.triu(1)) and torch.equal(pm, x.t())
+    torch.testing.assert_close(p, torch.nn.functional.prelu(x, w))
+    torch.testing.assert_close(pr, x.prod(1), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(p0, x.prod(0, keepdim=True), rtol=1e-5, atol=1e-6)
+    assert torch.equal(pd, torch.nn.functional.pad(x, (0, 8, 0, 2), value=-1.0))
+    assert oh.dtype == torch.int64 and torch.equal(oh, torch.nn.functional.one_hot(c.long(), 32))
+    torch.testing.assert_close(u, x.unsqueeze(0) * 2)
+
+
+def test_index_put_accumulates_repeated_positions_in_place():
+    @pypto.jit(runtime_options=SIM)
+    def k(x: pypto.Tensor(), i: pypto.Tensor(), j: pypto.Tensor(), v: pypto.Tensor()):
+        pypto.set_vec_tile_shapes(3, 16)
+        pypto.index_put_(x, (i, j), v, accumulate=True)
+    x, v = torch.randn(4, 5, 16), torch.randn(3, 16)
+    i, j = torch.tensor([0, 3, 0]), torch.tensor([1, 4, 1])
+    ref = x.clone().index_put_((i, j), v, accumulate=True)
+    k(x, i, j, v)
+    torch.testing.assert_close(x, ref)
+    with pytest.raises(pypto.IndexBoundsError, match=r"index\[1\] = 5 is out of bounds for dimension 1 of size 5"):
+        k(x, i, torch.tensor([1, 5, 1]), v)
+
+
+def test_documented_op_list_and_coverage():
+    from pypto_lab.pto import doc_ops
+    assert len(doc_ops.DOCUMENTED) == 134 and len(set(doc_ops.DOCUMENTED)) == 134
+    assert sum(not n.startswith("experimental-") for n in doc_ops.DOCUMENTED) == 127
+    have, _missing = doc_ops.coverage()
+    for name in ("gather", "scatter_update", "index_select", "index_add", "topk", "argsort", "cumsum", "quantize",
+                 "dequantize", "rms_norm", "uniform", "normal", "sin", "bitwise_xor", "prod", "one_hot"):
+        assert name in have
+    assert len(have) >= 116

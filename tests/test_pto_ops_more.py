@@ -251,3 +251,50 @@ def test_documented_op_list_and_coverage():
                  "dequantize", "rms_norm", "uniform", "normal", "sin", "bitwise_xor", "prod", "one_hot"):
         assert name in have
     assert len(have) >= 116
+
+
+def test_conv2d_and_conv1d_match_torch_and_run_on_the_cube():
+    import torch.nn.functional as F
+
+    @pypto.frontend.jit(runtime_options=SIM)
+    def k2(x: pypto.Tensor((2, 32, 8, 16), pypto.DT_FP16), w: pypto.Tensor((64, 32, 3, 3), pypto.DT_FP16),
+           b: pypto.Tensor((64,), pypto.DT_FP16)):
+        return pypto.conv(x, w, pypto.DT_FP16, [1, 2], [1, 1, 0, 2], [1, 1], extend_params={"bias_tensor": b})
+
+    x, w, b = torch.randn(2, 32, 8, 16).half(), (torch.randn(64, 32, 3, 3) * 0.1).half(), torch.randn(64).half()
+    y = k2(x, w, b)
+    ref = F.conv2d(F.pad(x.float(), (0, 2, 1, 1)), w.float(), b.float(), stride=(1, 2)).half()
+    torch.testing.assert_close(y, ref, rtol=1e-3, atol=1e-3)
+    r = k2.last_run
+    assert r.flops == 2 * y.numel() * 32 * 9 and r.bound == "cube"
+    m0, k0, n0 = k2.last_compiled.chip.cube.fractals["fp16"]
+    assert r.pipe_busy["CUBE"] >= r.flops / 2 / (m0 * k0 * n0)  # at least one cycle per fractal
+    assert r.pipe_busy["MTE1"] > 0 and r.pipe_busy["VECTOR"] == 0
+
+    @pypto.frontend.jit(runtime_options=SIM)
+    def k1(x: pypto.Tensor((1, 16, 40), pypto.DT_FP32), w: pypto.Tensor((32, 4, 3), pypto.DT_FP32)):
+        return pypto.conv(x, w, pypto.DT_FP32, [1], [2, 2], [2], groups=4)
+
+    x1, w1 = torch.randn(1, 16, 40), torch.randn(32, 4, 3)
+    torch.testing.assert_close(k1(x1, w1), F.conv1d(x1, w1, padding=2, dilation=2, groups=4), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("wshape, kwargs, exc, pattern", [
+    ((64, 16, 3, 3), {}, pypto.ShapeError, "divisible by groups"),
+    ((64, 32, 3, 3), {"groups": 3}, pypto.ShapeError, "divisible by groups"),
+    ((64, 32, 3, 3), {"extend_params": {"scale": 0.5}}, pypto.TraceError, "fixpipe quantization"),
+])
+def test_conv_errors(wshape, kwargs, exc, pattern):
+    @pypto.frontend.jit(runtime_options=SIM)
+    def k(x: pypto.Tensor((1, 32, 8, 16), pypto.DT_FP16), w: pypto.Tensor(wshape, pypto.DT_FP16)):
+        return pypto.conv(x, w, pypto.DT_FP16, [1, 1], [0, 0, 0, 0], [1, 1], **kwargs)
+    with pytest.raises(exc, match=pattern):
+        k(torch.zeros(1, 32, 8, 16).half(), torch.zeros(wshape).half())
+
+
+def test_conv_dtype_mismatch_is_a_dtype_error():
+    @pypto.frontend.jit(runtime_options=SIM)
+    def k(x: pypto.Tensor((1, 32, 8, 16), pypto.DT_FP16), w: pypto.Tensor((8, 32, 1, 1), pypto.DT_FP16)):
+        return pypto.conv(x, w, pypto.DT_FP32, [1, 1], [0, 0, 0, 0], [1, 1])
+    with pytest.raises(pypto.DTypeError, match="the same dtype"):
+        k(torch.zeros(1, 32, 8, 16).half(), torch.zeros(8, 32, 1, 1).half())

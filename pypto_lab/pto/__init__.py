@@ -115,6 +115,7 @@ from .ops import (
                      where,
                      zeros,
 )
+from .ops_conv import conv
 from .ops_index import (
     gather,
     index_add,
@@ -189,7 +190,7 @@ __all__ = [
     "NoTileShapeError", "UnwrittenOutputError", "BroadcastError", "ShapeError", "DTypeError", "OptionError",
     "LoopError", "ScalarReadError", "UnwrittenOutputWarning", "IndexBoundsError",
     "sin", "cos", "tan", "tanh", "sinh", "cosh", "asin", "acos", "atan", "asinh", "acosh", "atanh", "exp2", "log2", "log10", "log1p", "cbrt", "sign", "isnan", "isfinite", "signbit", "lrelu", "hypot", "atan2", "fmod", "remainder", "floor_div", "ceil_div", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "gcd", "clone", "axpy_",
-    "unsqueeze", "permute", "tril", "triu", "prelu", "pad", "one_hot", "prod", "index_add_ub", "index_add__ub",
+    "conv", "unsqueeze", "permute", "tril", "triu", "prelu", "pad", "one_hot", "prod", "index_add_ub", "index_add__ub",
     "index_put_", "uniform", "normal", "quantize", "dequantize", "rms_norm", "var",
     "TopKAlgo", "topk", "argsort", "argmax", "argmin", "cumsum", "cumprod",
     "gather", "index_select", "scatter_update", "scatter", "scatter_", "index_add", "index_add_",

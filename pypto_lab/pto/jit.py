@@ -81,7 +81,13 @@ class CompiledKernel:
                 ib = nodes[nodes[g.nodes[0]].inputs[0]].dtype.bytes
                 traffic += g.batch * (g.m * g.kk + g.kk * g.n) * ib + g.batch * g.m * g.n * eb
             elif g.kind == "special":  # the bytes its tasks move (a gather reads the rows it indexes)
-                flops += float(torch.Size(nodes[g.nodes[0]].shape).numel())
+                from .special import REGISTRY
+                node = nodes[g.nodes[0]]
+                spec = REGISTRY[node.op]
+                f = spec.flops(node, nodes) if spec.flops else float(torch.Size(node.shape).numel())
+                flops += f
+                if spec.unit == "cube":
+                    cube_flops_time_peak += f / (chip.peak_tflops(nodes[node.inputs[0]].dtype.lab) * 1e12)
                 traffic += sum(s[1] * s[2] for task in g.steps for s in task if s[0] in ("load", "store"))
             else:
                 peak["UB"] = max(peak["UB"], g.ub_bytes * g.slots)

@@ -30,10 +30,13 @@ class SpecialOp:
     run: Callable
     tasks: Callable
     inplace: bool = False    # the output is input 0's storage (scatter_update, index_add_, scatter_)
+    unit: str = "vector"     # the cores its tasks are dealt to: "vector" or "cube"
+    flops: Callable | None = None  # (node, nodes) -> floating-point operations (default: one per output element)
 
 
-def register(kind: str, run: Callable, tasks: Callable, inplace: bool = False) -> None:
-    REGISTRY[kind] = SpecialOp(run, tasks, inplace)
+def register(kind: str, run: Callable, tasks: Callable, inplace: bool = False, unit: str = "vector",
+             flops: Callable | None = None) -> None:
+    REGISTRY[kind] = SpecialOp(run, tasks, inplace, unit, flops)
 
 
 def reps(chip, elems: float, nbytes: int) -> int:
@@ -72,7 +75,12 @@ def emit_group(em, g, assign, chip, barrier: dict) -> None:
     from ..hw.programs import gm_rates
 
     p_in, p_out = chip.data_path("GM_TO_UB"), chip.data_path("UB_TO_GM")
-    reads = {c: sum(s[1] * s[2] for t in ts for s in g.steps[t[0]] if s[0] == "load") for c, ts in assign.items()}
+    def gm_read(s):
+        if s[0] == "load":
+            return s[1] * s[2]
+        return s[2] * s[3] if s[0] == "path" and s[1].startswith("GM_TO") else 0
+
+    reads = {c: sum(gm_read(s) for t in ts for s in g.steps[t[0]]) for c, ts in assign.items()}
     total = sum(reads.values())
     rate_rd, rate_wr, hbm_share = gm_rates(chip, total, total, max(reads.values() or [0]), max(1, len(assign)))
     for core, tasks in assign.items():
@@ -94,6 +102,15 @@ def emit_group(em, g, assign, chip, barrier: dict) -> None:
                     prev = em.emit(core, path.pipe, cycles, what, deps, path.latency_cycles)
                     if step[0] == "store":
                         em.emit(core, "MTE2", count * nbytes / hbm_share, "HBM write-back")
+                elif step[0] == "path":
+                    _, name, nbytes, count = step
+                    path = chip.data_path(name)
+                    rate = rate_rd if name.startswith("GM_TO") else rate_wr if name.endswith("TO_GM") else None
+                    prev = em.emit(core, path.pipe, count * path.occupancy(nbytes, rate), name, deps, path.latency_cycles)
+                    if name.endswith("TO_GM"):
+                        em.emit(core, "MTE2", count * nbytes / hbm_share, "HBM write-back")
+                elif step[0] == "cube":
+                    prev = em.emit(core, "CUBE", chip.cube.startup_cycles + step[1], "mmad", deps)
                 else:
                     _, instr, key, r = step
                     prev = em.repeats(core, chip, instr, chip.vector.timing(instr, key), r, deps)

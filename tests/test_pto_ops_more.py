@@ -250,7 +250,7 @@ def test_documented_op_list_and_coverage():
     for name in ("gather", "scatter_update", "index_select", "index_add", "topk", "argsort", "cumsum", "quantize",
                  "dequantize", "rms_norm", "uniform", "normal", "sin", "bitwise_xor", "prod", "one_hot"):
         assert name in have
-    assert len(have) >= 116
+    assert len(have) >= 124
 
 
 def test_conv2d_and_conv1d_match_torch_and_run_on_the_cube():
@@ -298,3 +298,44 @@ def test_conv_dtype_mismatch_is_a_dtype_error():
         return pypto.conv(x, w, pypto.DT_FP32, [1, 1], [0, 0, 0, 0], [1, 1])
     with pytest.raises(pypto.DTypeError, match="the same dtype"):
         k(torch.zeros(1, 32, 8, 16).half(), torch.zeros(8, 32, 1, 1).half())
+
+
+def test_layout_ops_match_torch():
+    @pypto.frontend.jit(runtime_options=SIM)
+    def k(x: pypto.Tensor((8, 64), pypto.DT_FP32), y: pypto.Tensor((8, 64), pypto.DT_FP32)):
+        pypto.set_vec_tile_shapes(8, 64)
+        i0, i1 = pypto.interleave(x, y)
+        d0, d1 = pypto.deinterleave(i0, i1)
+        e0, e1 = pypto.deinterleave(x)
+        p = pypto.pack(x)
+        return (pypto.gathermask(x, 2), pypto.gathermask(x, 5), i0, i1, d0, d1, e0, e1, p,
+                pypto.unpack(p, pypto.DT_INT32), pypto.expand_exp_dif(x, y))
+    x, y = torch.randn(8, 64), torch.randn(8, 64)
+    g1, g5, i0, i1, d0, d1, e0, e1, p, u, ed = k(x, y)
+    assert torch.equal(g1, x[:, 1::2]) and torch.equal(g5, x[:, 2::4])
+    stream = torch.stack([x, y], -1).reshape(8, 128)
+    assert torch.equal(i0, stream[:, :64]) and torch.equal(i1, stream[:, 64:])
+    assert torch.equal(d0, x) and torch.equal(d1, y)  # deinterleave undoes interleave
+    assert torch.equal(e0, x[:, 0::2]) and torch.equal(e1, x[:, 1::2])
+    assert torch.equal(p, x.reshape(-1).view(torch.uint8)) and torch.equal(u, x.reshape(-1).view(torch.int32))
+    torch.testing.assert_close(ed, torch.exp(x - y))
+    assert {"VREDUCEV2", "VGATHER", "VEXP"} <= _kinds(k)
+
+
+def test_atomic_add_accumulates_overlapping_tiles_into_dst():
+    @pypto.jit(runtime_options=SIM)
+    def k(src: pypto.Tensor(), dst: pypto.Tensor()):
+        pypto.set_vec_tile_shapes(4, 32)
+        pypto.atomic_add(src, [2, 0], dst)
+        pypto.atomic_add(src, [3, 0], dst)
+    s, d = torch.randn(4, 32), torch.randn(8, 32)
+    ref = d.clone()
+    ref[2:6] += s
+    ref[3:7] += s
+    k(s, d)
+    torch.testing.assert_close(d, ref)
+    with pytest.raises(pypto.ShapeError, match="does not fit dst"):
+        @pypto.jit(runtime_options=SIM)
+        def bad(src: pypto.Tensor(), dst: pypto.Tensor()):
+            pypto.atomic_add(src, [6, 0], dst)
+        bad(s, d)

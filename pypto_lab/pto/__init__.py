@@ -128,6 +128,7 @@ from .ops_index import (
     scatter_,
     scatter_update,
 )
+from .ops_layout import atomic_add, deinterleave, expand_exp_dif, gathermask, interleave, pack, unpack
 from .ops_math import (
                      acos,
                      acosh,
@@ -190,6 +191,7 @@ __all__ = [
     "NoTileShapeError", "UnwrittenOutputError", "BroadcastError", "ShapeError", "DTypeError", "OptionError",
     "LoopError", "ScalarReadError", "UnwrittenOutputWarning", "IndexBoundsError",
     "sin", "cos", "tan", "tanh", "sinh", "cosh", "asin", "acos", "atan", "asinh", "acosh", "atanh", "exp2", "log2", "log10", "log1p", "cbrt", "sign", "isnan", "isfinite", "signbit", "lrelu", "hypot", "atan2", "fmod", "remainder", "floor_div", "ceil_div", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "gcd", "clone", "axpy_",
+    "gathermask", "interleave", "deinterleave", "pack", "unpack", "atomic_add", "expand_exp_dif",
     "conv", "unsqueeze", "permute", "tril", "triu", "prelu", "pad", "one_hot", "prod", "index_add_ub", "index_add__ub",
     "index_put_", "uniform", "normal", "quantize", "dequantize", "rms_norm", "var",
     "TopKAlgo", "topk", "argsort", "argmax", "argmin", "cumsum", "cumprod",

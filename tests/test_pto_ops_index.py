@@ -193,3 +193,20 @@ def test_scatter_update_shape_rule_names_the_expected_src_shape():
         pypto.scatter_update(cache, -2, idx, src)
     with pytest.raises(pypto.ShapeError, match=r"src has shape \[4, 64\]"):
         k(torch.zeros(16, 64), torch.tensor([[1, 2], [4, 5]]), torch.randn(3, 64))
+
+
+def test_gather_in_ub_follows_the_page_table():
+    from pypto_lab.pto.ops_index import gather_in_ub
+
+    @pypto.frontend.jit(runtime_options=SIM)
+    def k(p: pypto.Tensor((6, 8), pypto.DT_FP32), i: pypto.Tensor((1, 3), pypto.DT_INT32),
+          bt: pypto.Tensor((1, 3), pypto.DT_INT32)):
+        pypto.set_vec_tile_shapes(3, 8)
+        return gather_in_ub(p, i, bt, 2, -2)
+    param = torch.arange(6).float()[:, None] * 10 + torch.arange(8).float()
+    idx, table = torch.tensor([[4, 0, 3]], dtype=torch.int32), torch.tensor([[2, 0, 1]], dtype=torch.int32)
+    out = k(param, idx, table)
+    # token 4: logical block 2 -> physical block 1, row 2; token 0: block 0 -> 2, row 4; token 3: block 1 -> 0, row 1
+    assert torch.equal(out, param[[2, 4, 1]])
+    with pytest.raises(pypto.IndexBoundsError, match="index\\[0, 0\\] = 3 is out of bounds for dimension 1 of size 3"):
+        k(param, torch.tensor([[6, 0, 1]], dtype=torch.int32), table)

@@ -23,7 +23,8 @@ ELEMENTWISE = ("add", "sub", "mul", "div", "adds", "subs", "rsubs", "muls", "div
 REDUCTIONS = ("amax", "amin", "sum")
 # ops that do not tile element-wise: one group each, costed and computed by `special.REGISTRY`
 SPECIAL_KINDS = ("gather", "index_select", "scatter_update", "scatter", "scatter_", "index_add", "index_add_",
-                 "topk", "argsort", "argreduce", "cumulative", "prod", "random", "index_put_", "conv", "gathermask", "interleave", "bitcast", "atomic_add")
+                 "topk", "argsort", "argreduce", "cumulative", "prod", "random", "index_put_", "conv", "gathermask", "interleave", "bitcast", "atomic_add",
+                 "gather_in_ub")
 
 
 @dataclass

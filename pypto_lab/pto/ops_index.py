@@ -459,3 +459,55 @@ def _tasks_index_put(n, nodes, chip):
 
 special.register("index_put_", _run_index_put, _tasks_index_put, inplace=True)
 __all__ += ["index_add_ub", "index_add__ub", "index_put_"]
+
+
+# ---- gather_in_ub (pypto.experimental in the real API): paged-attention token gather -------------
+
+def gather_in_ub(param, indices, block_table, block_size: int, axis: int = -2):
+    """The rows of the paged KV cache ``param`` [token_size, hidden] holding the tokens ``indices``
+    [1, k] (e.g. a topk's output): token t lives in logical block ``t // block_size``, physical
+    block ``block_table[0, t // block_size]``, row ``physical * block_size + t % block_size``.
+    Output [k, hidden]; one MTE2 transfer per token row. (``pypto.experimental.gather_in_ub`` in
+    the real API; this module does not own the experimental namespace.)"""
+    tr = current_trace("pypto.experimental.gather_in_ub")
+    p, idx, bt = (_tensor(t, "gather_in_ub") for t in (param, indices, block_table))
+    _check_dtype("gather_in_ub", p, ("fp32", "fp16"), "param")
+    _check_index("gather_in_ub", idx, ("int32",))
+    _check_dtype("gather_in_ub", bt, ("int32",), "block_table")
+    if axis not in (-2, 0):
+        raise ShapeError(f"gather_in_ub: axis={axis}. Rule: only -2 (token rows) is supported")
+    if p.ndim != 2 or idx.ndim != 2 or idx.shape[0] != 1 or bt.ndim != 2 or bt.shape[0] != 1 or int(block_size) < 1:
+        raise ShapeError(f"gather_in_ub: param {p.shape}, indices {idx.shape}, block_table {bt.shape}, block_size "
+                         f"{block_size}. Rule: param [token_size, hidden], indices [1, k], block_table [1, n], "
+                         "block_size >= 1")
+    shape = [idx.shape[1], p.shape[1]]
+    _vec_check("gather_in_ub", shape, [p.dtype])
+    out = tr.new("gather_in_ub", [p._id, idx._id, bt._id], shape, p.dtype, {"block_size": int(block_size)}, vec=True)
+    for t in (p, idx, bt):
+        tr.note_read(t._id, out._id)
+    return out
+
+
+def _run_gather_in_ub(n, ins, graph):
+    p, idx, bt = ins
+    bs = n.attrs["block_size"]
+    tok = idx.reshape(-1).long()
+    _bounds("gather_in_ub", (tok // bs).reshape(1, -1), bt.shape[1], 1)  # the logical block of each token
+    rows = bt[0].long()[tok // bs] * bs + tok % bs
+    _bounds("gather_in_ub (physical row)", rows.reshape(1, -1), p.shape[0], 0)
+    return p[rows]
+
+
+def _tasks_gather_in_ub(n, nodes, chip):
+    p = nodes[n.inputs[0]]
+    k, hidden = n.shape
+    bt = nodes[n.inputs[2]]
+    tasks = []
+    for r in chunks(k, rows_per_task(n, hidden)):
+        tasks.append([("load", r * 4, 1), ("load", bt.shape[1] * 4, 1), ("load", hidden * p.dtype.bytes, r),
+                      ("store", r * hidden * p.dtype.bytes, 1)])
+    return tasks
+
+
+special.register("gather_in_ub", _run_gather_in_ub, _tasks_gather_in_ub)
+__all__ += ["gather_in_ub"]

@@ -267,6 +267,7 @@ def test_conv2d_and_conv1d_match_torch_and_run_on_the_cube():
     torch.testing.assert_close(y, ref, rtol=1e-3, atol=1e-3)
     r = k2.last_run
     assert r.flops == 2 * y.numel() * 32 * 9 and r.bound == "cube"
+    assert r.gm_bytes >= x.numel() * 2 + w.numel() * 2 + y.numel() * 2  # at least: input, weights, output
     m0, k0, n0 = k2.last_compiled.chip.cube.fractals["fp16"]
     assert r.pipe_busy["CUBE"] >= r.flops / 2 / (m0 * k0 * n0)  # at least one cycle per fractal
     assert r.pipe_busy["MTE1"] > 0 and r.pipe_busy["VECTOR"] == 0

@@ -88,7 +88,9 @@ class CompiledKernel:
                 flops += f
                 if spec.unit == "cube":
                     cube_flops_time_peak += f / (chip.peak_tflops(nodes[node.inputs[0]].dtype.lab) * 1e12)
-                traffic += sum(s[1] * s[2] for task in g.steps for s in task if s[0] in ("load", "store"))
+                traffic += sum(s[1] * s[2] if s[0] in ("load", "store") else s[2] * s[3] for task in g.steps
+                               for s in task if s[0] in ("load", "store") or (
+                                   s[0] == "path" and (s[1].startswith("GM_TO") or s[1].endswith("TO_GM"))))
             else:
                 peak["UB"] = max(peak["UB"], g.ub_bytes * g.slots)
                 for nid in g.nodes:

@@ -197,6 +197,17 @@ def test_math_ops_fuse_with_their_neighbours():
     (lambda x, i: pypto.uniform([8, 32], [1], [0], [1], pypto.DT_FP32), pypto.ShapeError, "counter 2"),
     (lambda x, i: pypto.normal([8, 32], [1], [0, 0], [1], pypto.DT_INT32), pypto.DTypeError, "normal makes"),
     (lambda x, i: pypto.rms_norm(x, pypto.view(x, [1, 32])), pypto.ShapeError, r"gamma has shape \[C\]"),
+    (lambda x, i: pypto.gathermask(x, 9), pypto.TraceError, "1 to 7"),
+    (lambda x, i: pypto.unpack(x, pypto.DT_FP16), pypto.DTypeError, "unpack takes DT_UINT8"),
+    (lambda x, i: pypto.interleave(x, pypto.view(x, [4, 32])), pypto.ShapeError, "the same shape"),
+    (lambda x, i: pypto.pad(x, (1, 2)), pypto.ShapeError, r"\(0, right\)"),
+    (lambda x, i: pypto.one_hot(x, 4), pypto.DTypeError, "DT_INT32 or DT_INT16"),
+    (lambda x, i: pypto.prod(pypto.cast(x, pypto.DT_FP16), 1), pypto.DTypeError, "prod takes"),
+    (lambda x, i: pypto.dequantize(x, pypto.view(x, [8, 1]), pypto.DT_FP32), pypto.DTypeError, "DT_INT8 or DT_INT16"),
+    (lambda x, i: pypto.scatter(x, 1, i, 1.0, reduce="max"), pypto.TraceError, "'add' or 'multiply'"),
+    (lambda x, i: pypto.index_add(x, 0, pypto.view(i, [2, 1]), pypto.view(x, [2, 32])), pypto.ShapeError,
+     "index is 1-D"),
+    (lambda x, i: pypto.tril(pypto.view(pypto.reshape(x, [256]), [32])), pypto.ShapeError, "at least 2 dimensions"),
 ])
 def test_bad_input_raises_a_named_error(call, exc, pattern):
     @pypto.frontend.jit(runtime_options=SIM)

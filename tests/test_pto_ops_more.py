@@ -351,3 +351,44 @@ def test_atomic_add_accumulates_overlapping_tiles_into_dst():
         def bad(src: pypto.Tensor(), dst: pypto.Tensor()):
             pypto.atomic_add(src, [6, 0], dst)
         bad(s, d)
+
+
+def test_int8_matmul_with_dequant_and_quant_scales():
+    import struct
+
+    def fp19(v):  # the FixPipe reads a scale with a 10-bit mantissa
+        bits = struct.unpack("<I", struct.pack("<f", v))[0] & ~((1 << 13) - 1)
+        return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+    @pypto.frontend.jit(runtime_options=SIM)
+    def k(a: pypto.Tensor((32, 64), pypto.DT_INT8), b: pypto.Tensor((64, 64), pypto.DT_INT8),
+          s: pypto.Tensor((1, 64), pypto.DT_FP32), h: pypto.Tensor((32, 64), pypto.DT_FP16),
+          g: pypto.Tensor((64, 64), pypto.DT_FP16)):
+        pypto.set_cube_tile_shapes([32, 32], [64, 64], [64, 64])
+        return (pypto.matmul(a, b, pypto.DT_FP16, extend_params={"scale": 0.2}),
+                pypto.matmul(a, b, pypto.DT_BF16, extend_params={"scale_tensor": s, "relu_type": "RELU"}),
+                pypto.matmul(h, g, pypto.DT_INT8, extend_params={"scale": 0.5}))
+    a, b = torch.randint(-8, 8, (32, 64), dtype=torch.int8), torch.randint(-8, 8, (64, 64), dtype=torch.int8)
+    s, h, g = torch.rand(1, 64) * 0.01, torch.randn(32, 64).half(), torch.randn(64, 64).half()
+    y1, y2, y3 = k(a, b, s, h, g)
+    acc = (a.int() @ b.int()).float()
+    assert fp19(0.2) != 0.2
+    assert torch.equal(y1, (acc * fp19(0.2)).half())
+    assert y2.dtype == torch.bfloat16 and torch.equal(y2, torch.relu(acc * s).bfloat16())
+    assert torch.equal(y3, torch.round((h.float() @ g.float()) * 0.5).clamp(-128, 127).to(torch.int8))
+    assert [gr["kind"] for gr in k.last_run.groups] == ["cube", "vector"] * 3
+
+
+@pytest.mark.parametrize("dtype, out, params, exc, pattern", [
+    (pypto.DT_FP16, pypto.DT_FP16, {"scale": 0.5}, pypto.DTypeError, "dequantization takes DT_INT8"),
+    (pypto.DT_INT8, pypto.DT_FP16, {"scale": 0.5, "scale_tensor": None}, pypto.ShapeError, "exactly one"),
+    (pypto.DT_INT8, pypto.DT_INT32, {"bias_tensor": None, "trans_mode": 1}, pypto.TraceError, "'trans_mode'"),
+])
+def test_matmul_epilogue_errors(dtype, out, params, exc, pattern):
+    @pypto.frontend.jit(runtime_options=SIM)
+    def k(a: pypto.Tensor((32, 64), dtype), b: pypto.Tensor((64, 64), dtype)):
+        pypto.set_cube_tile_shapes([32, 32], [64, 64], [64, 64])
+        return pypto.matmul(a, b, out, extend_params=params)
+    t = torch.int8 if dtype is pypto.DT_INT8 else torch.float16
+    with pytest.raises(exc, match=pattern):
+        k(torch.zeros(32, 64, dtype=t), torch.zeros(64, 64, dtype=t))

@@ -76,3 +76,67 @@ def dequantize(input, scale, otype=DT_FP32, axis: int = -1, zero_points=None):
 
 
 __all__ = ["quantize", "dequantize"]
+
+
+# ---- matmul with a dequant / quant epilogue (matmul's extend_params scale / scale_tensor) ---------
+
+def _fp19(v: float) -> float:
+    """``v`` as the FixPipe reads a scale: 1 sign, 8 exponent and the top 10 mantissa bits."""
+    import struct
+    bits = struct.unpack("<I", struct.pack("<f", float(v)))[0] & ~((1 << 13) - 1)
+    return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
+def matmul_with_epilogue(input, mat2, out_dtype, epilogue: dict, **kwargs):
+    """``matmul(..., extend_params={'scale' | 'scale_tensor', 'relu_type'})`` of the docs (tables 4
+    and 5): DT_INT8 x DT_INT8 -> DT_FP16 / DT_BF16 (dequantization) or any -> DT_INT8
+    (quantization), the accumulator times the scale (a Python float, per tensor, read as the FixPipe
+    does with a 10-bit mantissa; or ``scale_tensor``, one DT_FP32 value per output column -- the
+    real API packs these as DT_UINT64, which pypto_lab has not -- used at full precision), an
+    optional ReLU, then the cast.
+
+    Cost: the Cube's matmul into DT_INT32 / DT_FP32, then the epilogue as recorded vector ops
+    (VCONV, VMUL(S), VRELU, VCONV). On chips whose L0C drains through UB (Ascend910A / 310P) the
+    Vector unit does do this; on the 910B family the FixPipe applies it on the way out of L0C, so
+    there this overstates the cost by those vector instructions and a GM round trip."""
+    from . import config
+    from .dtypes import DT_INT32
+    from .ops import matmul, relu
+    from .tiling import suggest_vec_tile
+
+    a, b = _tensor(input, "matmul"), _tensor(mat2, "matmul")
+    od = as_dtype(out_dtype, "matmul out dtype") if out_dtype is not None else None
+    dequant = a.dtype.lab == "int8" and od is not None and od.lab in ("fp16", "bf16")
+    quant = od is not None and od.lab == "int8" and a.dtype.lab in ("fp16", "bf16", "fp32", "int8")
+    if not (dequant or quant):
+        raise DTypeError(f"matmul: extend_params scale / scale_tensor with inputs {a.dtype!r} and out_dtype {od!r}. "
+                         "Rule: dequantization takes DT_INT8 inputs and gives DT_FP16 (or DT_BF16); quantization "
+                         "gives DT_INT8 from DT_FP16, DT_BF16, DT_FP32 or DT_INT8 inputs. Fix: set out_dtype")
+    if ("scale" in epilogue) == ("scale_tensor" in epilogue):
+        raise ShapeError("matmul: give exactly one of extend_params 'scale' (per tensor) and 'scale_tensor' "
+                         "(per output column)")
+    acc = matmul(a, b, DT_INT32 if a.dtype.lab == "int8" else DT_FP32, **kwargs)
+    saved = config.STATE.vec_tile
+    if saved is None or len(saved) != acc.ndim:
+        config.STATE.vec_tile = suggest_vec_tile(acc.shape, DT_FP32)
+    try:
+        y = cast(acc, DT_FP32)
+        if "scale" in epilogue:
+            y = mul(y, _fp19(epilogue["scale"]))
+        else:
+            s = _tensor(epilogue["scale_tensor"], "matmul scale_tensor")
+            n = acc.shape[-1]
+            if s.dtype is not DT_FP32 or s.shape[-1] != n or len(s.shape) > 2 or (len(s.shape) == 2 and s.shape[0] != 1):
+                raise ShapeError(f"matmul: scale_tensor {s.dtype!r} of shape {s.shape}. Rule (pypto_lab): DT_FP32 of "
+                                 f"shape [1, {n}] or [{n}], one scale per output column")
+            y = mul(y, s)
+        r = epilogue.get("relu_type")
+        if r is not None and "NO_RELU" not in str(getattr(r, "name", r)).upper():
+            y = relu(y)
+        out = cast(y, od)  # saturating, round half to even
+    finally:
+        config.STATE.vec_tile = saved
+    return out
+
+
+__all__ += ["matmul_with_epilogue"]

@@ -392,3 +392,20 @@ def test_matmul_epilogue_errors(dtype, out, params, exc, pattern):
     t = torch.int8 if dtype is pypto.DT_INT8 else torch.float16
     with pytest.raises(exc, match=pattern):
         k(torch.zeros(32, 64, dtype=t), torch.zeros(64, 64, dtype=t))
+
+
+@pytest.mark.parametrize("chip", ["Ascend910A", "Ascend310P3"])
+def test_special_ops_on_chips_without_fixpipe(chip):
+    @pypto.frontend.jit(runtime_options={"run_mode": pypto.RunMode.SIM, "chip": chip})
+    def k(x: pypto.Tensor((64, 64), pypto.DT_FP32), i: pypto.Tensor((16,), pypto.DT_INT32),
+          c: pypto.Tensor((2, 32, 8, 16), pypto.DT_FP16), w: pypto.Tensor((64, 32, 3, 3), pypto.DT_FP16)):
+        pypto.set_vec_tile_shapes(8, 64)
+        return pypto.index_select(x, 0, i), pypto.conv(c, w, pypto.DT_FP16, [1, 1], [1, 1, 1, 1], [1, 1])
+    x, i = torch.randn(64, 64), torch.randint(0, 64, (16,), dtype=torch.int32)
+    c, w = torch.randn(2, 32, 8, 16).half(), (torch.randn(64, 32, 3, 3) * 0.1).half()
+    a, y = k(x, i, c, w)
+    assert torch.equal(a, x[i.long()])
+    torch.testing.assert_close(y, torch.nn.functional.conv2d(c.float(), w.float(), padding=1).half(),
+                               rtol=1e-3, atol=1e-3)
+    kinds = _kinds(k)
+    assert "L0C_TO_UB" in kinds and "UB_TO_GM" in kinds and "L0C_TO_GM" not in kinds  # L0C drains through UB

@@ -383,6 +383,9 @@ def tensor(shape, dtype=DT_FP32, name: str = "", format=None):
     return tr.new("alloc", [], shape, as_dtype(dtype), {"name": name or ""})
 
 
+MATMUL_EPILOGUE: list = [None]  # set by ops_quant (which imports this module): matmul with scale / relu_type
+
+
 def matmul(input, mat2, out_dtype=None, *, a_trans=False, b_trans=False, c_matrix_nz=False, extend_params=None):
     """``input @ mat2`` on the Cube: ``(..., m, k) @ (..., k, n)``, inputs in their dtype, fp32
     accumulation, result in ``out_dtype`` (default: the input dtype; int32 for int8)."""
@@ -393,11 +396,10 @@ def matmul(input, mat2, out_dtype=None, *, a_trans=False, b_trans=False, c_matri
         raise ShapeError(f"matmul: operands of shapes {a.shape} and {b.shape}; both need rank >= 2")
     bias = None
     epilogue = {k: v for k, v in (extend_params or {}).items() if k in ("scale", "scale_tensor", "relu_type")}
-    if epilogue:  # dequant / quant on the way out of L0C: ops_quant.matmul_with_epilogue
-        from .ops_quant import matmul_with_epilogue
+    if epilogue:  # dequant / quant on the way out of L0C: ops_quant.matmul_with_epilogue registers itself here
         rest = {k: v for k, v in extend_params.items() if k not in epilogue}
-        return matmul_with_epilogue(input, mat2, out_dtype, epilogue, a_trans=a_trans, b_trans=b_trans,
-                                    c_matrix_nz=c_matrix_nz, extend_params=rest or None)
+        return MATMUL_EPILOGUE[0](input, mat2, out_dtype, epilogue, a_trans=a_trans, b_trans=b_trans,
+                                  c_matrix_nz=c_matrix_nz, extend_params=rest or None)
     if extend_params:
         unknown = sorted(k for k in extend_params if k != "bias_tensor")
         if unknown:

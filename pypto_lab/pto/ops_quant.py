@@ -12,6 +12,7 @@ form ``(x + zero_points) * scale`` as documented.
 
 from __future__ import annotations
 
+from . import ops as _ops
 from .dtypes import DT_FP32, as_dtype
 from .errors import DTypeError, ShapeError
 from .ops import _tensor, add, cast, mul, reshape, sub
@@ -138,5 +139,7 @@ def matmul_with_epilogue(input, mat2, out_dtype, epilogue: dict, **kwargs):
         config.STATE.vec_tile = saved
     return out
 
+
+_ops.MATMUL_EPILOGUE[0] = matmul_with_epilogue
 
 __all__ += ["matmul_with_epilogue"]

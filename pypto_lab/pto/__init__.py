@@ -85,6 +85,7 @@ from .dtypes import (
 from .errors import (
                      BroadcastError,
                      DTypeError,
+                     IndexBoundsError,
                      LoopError,
                      NoNPUError,
                      NoTileShapeError,
@@ -158,6 +159,64 @@ from .ops import (
                      where,
                      zeros,
 )
+from .ops_conv import conv
+from .ops_index import (
+                     gather,
+                     index_add,
+                     index_add_,
+                     index_add__ub,
+                     index_add_ub,
+                     index_put_,
+                     index_select,
+                     scatter,
+                     scatter_,
+                     scatter_update,
+)
+from .ops_layout import atomic_add, deinterleave, expand_exp_dif, gathermask, interleave, pack, unpack
+from .ops_math import (
+                     acos,
+                     acosh,
+                     asin,
+                     asinh,
+                     atan,
+                     atan2,
+                     atanh,
+                     axpy_,
+                     bitwise_and,
+                     bitwise_left_shift,
+                     bitwise_not,
+                     bitwise_or,
+                     bitwise_right_shift,
+                     bitwise_xor,
+                     cbrt,
+                     ceil_div,
+                     clone,
+                     cos,
+                     cosh,
+                     exp2,
+                     floor_div,
+                     fmod,
+                     gcd,
+                     hypot,
+                     isfinite,
+                     isnan,
+                     log1p,
+                     log2,
+                     log10,
+                     lrelu,
+                     remainder,
+                     sign,
+                     signbit,
+                     sin,
+                     sinh,
+                     tan,
+                     tanh,
+)
+from .ops_nn import rms_norm, var
+from .ops_quant import dequantize, quantize
+from .ops_random import normal, uniform
+from .ops_shape import one_hot, pad, permute, prelu, tril, triu, unsqueeze
+from .ops_sort import TopKAlgo, argmax, argmin, argsort, cumprod, cumsum, prod, topk
 from .option_table import CompStage
 from .precision import PrecisionType
 from .result import RunResult
@@ -186,5 +245,12 @@ __all__ = [
     "NoTileShapeError", "UnwrittenOutputError", "BroadcastError", "ShapeError", "DTypeError", "OptionError",
     "LoopError", "ScalarReadError", "UnwrittenOutputWarning", "SemanticLabelError", "NotModelledError",
     "SymbolicIndexError", "SymbolicValueError", "SymbolicScalar", "symbolic_scalar",
+    "IndexBoundsError",
+    "sin", "cos", "tan", "tanh", "sinh", "cosh", "asin", "acos", "atan", "asinh", "acosh", "atanh", "exp2", "log2", "log10", "log1p", "cbrt", "sign", "isnan", "isfinite", "signbit", "lrelu", "hypot", "atan2", "fmod", "remainder", "floor_div", "ceil_div", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "gcd", "clone", "axpy_",
+    "gathermask", "interleave", "deinterleave", "pack", "unpack", "atomic_add", "expand_exp_dif",
+    "conv", "unsqueeze", "permute", "tril", "triu", "prelu", "pad", "one_hot", "prod", "index_add_ub", "index_add__ub",
+    "index_put_", "uniform", "normal", "quantize", "dequantize", "rms_norm", "var",
+    "TopKAlgo", "topk", "argsort", "argmax", "argmin", "cumsum", "cumprod",
+    "gather", "index_select", "scatter_update", "scatter", "scatter_", "index_add", "index_add_",
     "TraceError",
 ]

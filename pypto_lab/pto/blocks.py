@@ -61,12 +61,16 @@ def build_block_graph(tg: TileGraph, chip: Chip) -> BlockGraph:
             t = g.cube_tile
             bm, bn = -(-g.m // t.m_l1), -(-g.n // t.n_l1)
             tasks = [(b, i, j) for b in range(g.batch) for i in range(bm) for j in range(bn)]
-            cores = cube_core_ids(chip)
+            cores, unit = cube_core_ids(chip), "cube"
+        elif g.kind == "special":
+            from .special import REGISTRY
+            tasks = [(i,) for i in range(g.n_tasks)]
+            unit = REGISTRY[tg.graph.nodes[g.nodes[0]].op].unit
+            cores = cube_core_ids(chip) if unit == "cube" else vector_core_ids(chip)
         else:
             ranges = [range(c) if d not in g.reduced else range(1) for d, c in enumerate(g.counts)]
             tasks = list(itertools.product(*ranges))
-            cores = vector_core_ids(chip)
-        unit = "cube" if g.kind == "cube" else "vector"
+            cores, unit = vector_core_ids(chip), "vector"
         base = turn[unit]
         assign: dict[int, list[tuple]] = {}
         for i, task in enumerate(tasks):

@@ -56,6 +56,11 @@ class DTypeError(PtoError):
     """A dtype the operation (or the chip) does not take, or operands of different dtypes."""
 
 
+class IndexBoundsError(PtoError, IndexError):
+    """An index tensor holds a value outside the dimension it indexes (gather, scatter,
+    index_select, ...): found when the kernel runs, since index values exist only then."""
+
+
 class OptionError(PtoError):
     """An unknown option key or value."""
 
@@ -101,6 +106,6 @@ class UnwrittenOutputWarning(PtoWarning):
 __all__ = [
     "PtoError", "NoNPUError", "TileRankError", "TileAlignmentError", "TileCapacityError", "TileShapeError",
     "NoTileShapeError", "UnwrittenOutputError", "BroadcastError", "ShapeError", "DTypeError", "OptionError",
-    "SemanticLabelError", "NotModelledError", "TraceError", "ScalarReadError", "LoopError", "SymbolicIndexError",
+    "SemanticLabelError", "NotModelledError", "TraceError", "ScalarReadError", "LoopError", "SymbolicIndexError", "IndexBoundsError",
     "PtoWarning", "UnwrittenOutputWarning",
 ]

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..hw import numerics
+from . import ops_math, special
 from .errors import LoopError, SymbolicIndexError
 from .graph import TensorGraph
 from .loops import guards_hold
@@ -169,7 +170,11 @@ def _run_node(run: _Run, n) -> None:
         return
     ins = [env[i] for i in n.inputs]
     dt = n.dtype
-    if op == "alloc":
+    if op in special.REGISTRY:
+        env[n.id] = special.REGISTRY[op].run(n, ins, run.graph)
+    elif op == "math":
+        env[n.id] = ops_math.compute(n, ins)
+    elif op == "alloc":
         env[n.id] = torch.zeros(n.shape, dtype=dt.torch)
     elif op == "view":
         offs = run.offsets(n, n.shape, ins[0].shape, "view")

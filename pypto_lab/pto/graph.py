@@ -23,8 +23,13 @@ VIEW_KINDS = ("view", "reshape")
 ELEMENTWISE = ("add", "sub", "mul", "div", "adds", "subs", "rsubs", "muls", "divs", "rdivs",
                "exp", "sqrt", "rsqrt", "neg", "abs", "relu", "reciprocal", "cast", "maximum", "minimum",
                "maxs", "mins", "sigmoid", "log", "expm1", "erf", "erfc", "ceil", "floor", "trunc", "round",
-               "pow", "pows", "cmp", "cmps", "logical_and", "logical_not", "where", "expand", "full", "arange")
+               "pow", "pows", "cmp", "cmps", "logical_and", "logical_not", "where", "expand", "full", "arange",
+               "math")  # math: the extended element-wise ops of ops_math (sin, bitwise_and, ...)
 REDUCTIONS = ("amax", "amin", "sum")
+# ops that do not tile element-wise: one group each, costed and computed by `special.REGISTRY`
+SPECIAL_KINDS = ("gather", "index_select", "scatter_update", "scatter", "scatter_", "index_add", "index_add_",
+                 "topk", "argsort", "argreduce", "cumulative", "prod", "random", "index_put_", "conv", "gathermask", "interleave", "bitcast", "atomic_add",
+                 "gather_in_ub")
 
 
 def _jsonable(v):

@@ -29,6 +29,7 @@ from .graph import TensorGraph
 from .option_table import check_options
 from .result import RunResult
 from .schedule import ExecuteGraph, build_execute_graph
+from .special import REGISTRY as SPECIAL_OPS
 from .tensor import Tensor, Trace, spec_matches
 from .tiling import TileGraph, build_tile_graph
 
@@ -63,6 +64,16 @@ def _measure(chip: Chip, graph: TensorGraph, tg: TileGraph, bg: BlockGraph, eg: 
             eb = nodes[g.nodes[0]].dtype.bytes
             ib = nodes[nodes[g.nodes[0]].inputs[0]].dtype.bytes
             traffic += g.batch * (g.m * g.kk + g.kk * g.n) * ib + g.batch * g.m * g.n * eb
+        elif g.kind == "special":  # the bytes its tasks move (a gather reads the rows it indexes)
+            node = nodes[g.nodes[0]]
+            spec = SPECIAL_OPS[node.op]
+            f = spec.flops(node, nodes) if spec.flops else float(torch.Size(node.shape).numel())
+            flops += f
+            if spec.unit == "cube":
+                cube_time += f / (chip.peak_tflops(nodes[node.inputs[0]].dtype.lab) * 1e12)
+            traffic += sum(s[1] * s[2] if s[0] in ("load", "store") else s[2] * s[3] for task in g.steps
+                           for s in task if s[0] in ("load", "store") or (
+                               s[0] == "path" and (s[1].startswith("GM_TO") or s[1].endswith("TO_GM"))))
         else:
             peak["UB"] = max(peak["UB"], g.ub_bytes * g.slots)
             for nid in g.nodes:

@@ -403,6 +403,9 @@ def tensor(shape=None, dtype=None, name: str = "", format=None, data_ptr=None, d
     return tr.new("alloc", [], shape, as_dtype(dtype), {"name": name or ""})
 
 
+MATMUL_EPILOGUE: list = [None]  # set by ops_quant (which imports this module): matmul with scale / relu_type
+
+
 def matmul(input, mat2, out_dtype=None, *, a_trans=False, b_trans=False, c_matrix_nz=False, extend_params=None):
     """``input @ mat2`` on the Cube: ``(..., m, k) @ (..., k, n)``, inputs in their dtype, fp32
     accumulation, result in ``out_dtype`` (default: the input dtype; int32 for int8)."""
@@ -412,11 +415,17 @@ def matmul(input, mat2, out_dtype=None, *, a_trans=False, b_trans=False, c_matri
     if a.ndim < 2 or b.ndim < 2:
         raise ShapeError(f"matmul: operands of shapes {a.shape} and {b.shape}; both need rank >= 2")
     bias = None
+    epilogue = {k: v for k, v in (extend_params or {}).items() if k in ("scale", "scale_tensor", "relu_type")}
+    if epilogue:  # dequant / quant on the way out of L0C: ops_quant.matmul_with_epilogue registers itself here
+        rest = {k: v for k, v in extend_params.items() if k not in epilogue}
+        return MATMUL_EPILOGUE[0](input, mat2, out_dtype, epilogue, a_trans=a_trans, b_trans=b_trans,
+                                  c_matrix_nz=c_matrix_nz, extend_params=rest or None)
     if extend_params:
         unknown = sorted(k for k in extend_params if k != "bias_tensor")
         if unknown:
-            raise TraceError(f"matmul: extend_params keys {unknown} (scales, relu, ...) are not supported by pypto_lab; "
-                             "only 'bias_tensor' is. Fix: apply them with vector ops after the matmul")
+            raise TraceError(f"matmul: extend_params keys {unknown} are not supported by pypto_lab; 'bias_tensor', "
+                             "'scale', 'scale_tensor' and 'relu_type' are. Fix: apply them with vector ops after the "
+                             "matmul")
         bias = extend_params.get("bias_tensor")
         if bias is not None:
             bias = _tensor(bias, "matmul bias_tensor")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from ..hw.chip import DTYPE_BYTES, PIPES, Chip
 from ..hw.programs import CubeProgram, emit_repeats, flush_writebacks, gm_rates, move
 from ..hw.simulator import PingPong, Program, ProgramArrays
+from . import ops_math, special
 from .blocks import BlockGraph
 from .graph import REDUCTIONS
 from .tiling import TileGraph
@@ -134,6 +135,8 @@ def build_execute_graph(tg: TileGraph, bg: BlockGraph, chip: Chip, n_cores: int)
                 barrier[c] = em.emit(c, "SCALAR", 0.0, "wait for producer stage", dep_instrs)
         if g.kind == "cube":
             _emit_cube(em, g, assign, chip, barrier)
+        elif g.kind == "special":
+            special.emit_group(em, g, assign, chip, barrier)
         else:
             _emit_vector(em, g, tg.graph, assign, chip, barrier)
         group_lanes.append(dict(em.lane_last))
@@ -261,9 +264,11 @@ def _emit_node(em: Emitter, core: int, chip: Chip, g, n, nodes, tiles, ready, la
         timing = chip.vector.timing("VGATHER", f"{key}_{key}")
         return [em.repeats(core, chip, "VGATHER", timing, _reps(chip, _elems(g.spans[n.id], e), n.dtype.bytes),
                            (ready[ins[0]][j],)) for j, e in enumerate(tiles)]
-    calc = nodes[ins[0]].dtype if op in _IN_DTYPE else n.dtype
+    calc = nodes[ins[0]].dtype if op in _IN_DTYPE or op == "math" else n.dtype
     dk = _dkey(calc.lab)
-    if op in _ROUNDING:
+    if op == "math":  # the extended element-wise ops name their instructions and keys (ops_math)
+        instrs = ops_math.instructions(n, nodes)
+    elif op in _ROUNDING:
         instrs = (("VCONV", f"{dk}_INT32"), ("VCONV", f"INT32_{dk}"))
     elif op == "expand":
         key = "UINT32_UINT32" if calc.bytes >= 4 else "UINT16_UINT16"

@@ -22,7 +22,7 @@ from ..hw.chip import Chip
 from ..hw.tiling import CubeTile, TilingError, cube_fractal, cube_tile_bytes, default_cube_tile, plan_cube
 from .dtypes import DataType
 from .errors import DTypeError, TileAlignmentError, TileCapacityError, TileShapeError
-from .graph import ELEMENTWISE, REDUCTIONS, TensorGraph
+from .graph import ELEMENTWISE, REDUCTIONS, SPECIAL_KINDS, TensorGraph
 
 
 def _a32(n: float) -> int:
@@ -120,6 +120,8 @@ class Group:
     out_dtype: str = ""
     dst: tuple | None = None
     bias_bytes: int = 0                          # bytes of one bias element (0: no bias_tensor)
+    # special (gather, sort, ...): the steps of each task (see `special`)
+    steps: list = field(default_factory=list)
 
     def label(self, graph: TensorGraph) -> str:
         """The group's ops ("exp+sum"), then its semantic labels (pypto.set_semantic_label) in brackets."""
@@ -234,6 +236,25 @@ def build_tile_graph(graph: TensorGraph, chip: Chip, double_buffer: bool = True)
             loc[n.id] = "gm"
             gm_writer[n.id] = g.id
             cube_of[n.id] = g
+        elif op in SPECIAL_KINDS:
+            from . import special
+            if cur is not None:
+                cur.closed = True
+            for i in n.inputs:
+                materialise(i)
+            g = Group(len(groups), "special", [n.id])
+            groups.append(g)
+            for i in n.inputs:
+                g.deps |= writers(i)
+            g.loads = list(n.inputs)
+            g.steps = special.REGISTRY[op].tasks(n, nodes, chip)
+            g.n_tasks = len(g.steps)
+            loc[n.id] = "gm"
+            gm_writer[n.id] = g.id
+            if special.REGISTRY[op].inplace and "root" in n.attrs:
+                root_writers.setdefault(n.attrs["root"], set()).add(g.id)
+            else:
+                cube_of[n.id] = g  # an output it is assembled into is written directly (no copy)
         elif op == "assemble":
             src, root, roff = n.inputs[0], n.attrs["root"], n.attrs["root_offsets"]
             where = loc.get(src)
@@ -303,6 +324,8 @@ def build_tile_graph(graph: TensorGraph, chip: Chip, double_buffer: bool = True)
         if g.kind == "cube":
             t = g.cube_tile
             g.n_tasks = g.batch * -(-g.m // t.m_l1) * -(-g.n // t.n_l1)
+            continue
+        if g.kind == "special":
             continue
         _finish_vector_group(g, graph, chip, double_buffer)
     return TileGraph(groups, graph)

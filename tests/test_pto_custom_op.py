@@ -215,3 +215,18 @@ def test_a_cube_kernel_is_a_cube_entry_and_computes_on_the_cube():
     assert k.unit == "cube" and k.resources == ("AIC",)
     with torch.no_grad():
         assert torch.allclose(om(x), model(x), atol=1e-2, rtol=1e-2)
+
+
+def test_each_shape_and_chip_is_simulated_once_and_the_users_kernel_is_left_alone(model_input, monkeypatch):
+    from pypto_lab.kernels import pto_bridge
+    calls = []
+    real_run = pto_bridge._run
+    monkeypatch.setattr(pto_bridge, "_run", lambda spec, chip, args: calls.append(chip.name) or real_run(spec, chip,
+                                                                                                          args))
+    kernel = rms_kernel_with(4)
+    model = RmsModel(register(kernel)).eval()
+    for _ in range(2):
+        pypto_lab.optimize(model, model_input, chip="Ascend910B1", level=1)
+    pypto_lab.optimize(model, model_input, chip="Ascend910A", level=1)
+    assert calls == ["Ascend910B1", "Ascend910A"]
+    assert kernel.last_run is None and kernel.cache_info()["traces"] == 0

@@ -104,10 +104,11 @@ def kernel_layout(op: str, kernel, n_args: int, n_out: int) -> str:
         return "outputs"
     if len(params) == n_args:
         return "return"
-    raise CustomOpError(f"custom op {op!r}: its npu_func {name} takes {len(params)} parameters, the op has {n_args} "
-                 f"argument(s) and {n_out} output(s). Rule: a pto kernel plugged into a custom op takes the op's "
-                 f"arguments in order, then one tensor per output ({n_args + n_out} parameters), or only the "
-                 f"arguments ({n_args}) and returns the outputs. Fix: change the kernel's parameters")
+    raise CustomOpError(
+        f"custom op {op!r}: its npu_func {name} takes {len(params)} parameters, the op has {n_args} argument(s) "
+        f"and {n_out} output(s). Rule: a pto kernel plugged into a custom op takes the op's arguments in order, "
+        f"then one tensor per output ({n_args + n_out} parameters), or only the arguments ({n_args}) and returns "
+        "the outputs. Fix: change the kernel's parameters")
 
 
 def check_annotations(op: str, kernel, metas: list[tuple[str, TensorMeta]], precision: str, chip: Chip) -> None:
@@ -128,22 +129,25 @@ def check_annotations(op: str, kernel, metas: list[tuple[str, TensorMeta]], prec
             if have in ("float16", "bfloat16", "float32") and meta.dtype in _PTO_NAME:
                 back = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}[have]
                 fix += f", or optimize with precision={back!r}"
-            raise CustomOpError(f"custom op {op!r}: its npu_func {name} annotates {role} {p.name!r} as {have} but "
-                         f"{gm}. Rule: the pto kernel runs on the tensors the report uses. Fix: {fix}")
+            raise CustomOpError(
+                f"custom op {op!r}: its npu_func {name} annotates {role} {p.name!r} as {have} but {gm}. "
+                f"Rule: the pto kernel runs on the tensors the report uses. Fix: {fix}")
         if ann.spec_shape is not None:
             ok = len(ann.spec_shape) == len(meta.shape) and all(
                 not isinstance(a, int) or a == s
                 for a, s in zip(ann.spec_shape, meta.shape, strict=False))
             if not ok:
                 src = "the reference's output" if role == "output" else "the op's argument"
-                raise CustomOpError(f"custom op {op!r}: its npu_func {name} annotates {role} {p.name!r} with shape "
-                             f"{list(ann.spec_shape)} but {src} has shape {list(meta.shape)}. Rule: a pto kernel "
-                             "computes what the reference computes, at the model's shapes. Fix: annotate "
-                             f"{list(meta.shape)} (or pypto.DYNAMIC dimensions), or fix the reference")
+                raise CustomOpError(
+                    f"custom op {op!r}: its npu_func {name} annotates {role} {p.name!r} with shape "
+                    f"{list(ann.spec_shape)} but {src} has shape {list(meta.shape)}. Rule: a pto kernel computes "
+                    f"what the reference computes, at the model's shapes. Fix: annotate {list(meta.shape)} (or "
+                    "pypto.DYNAMIC dimensions), or fix the reference")
 
 
 # ---- running the kernel on a chip ---------------------------------------------------------------
 
+_MEMO_LIMIT = 512  # kernels and runs kept (a notebook re-registers ops many times)
 _CLONES: dict[tuple[int, int], tuple[Any, Chip, Any]] = {}
 
 
@@ -155,6 +159,8 @@ def _on_chip(kernel, chip: Chip):
         return hit[2]
     clone = type(kernel)(kernel.func, {**kernel.runtime_options, "chip": chip}, kernel.pass_options,
                          **kernel.other_options)
+    if len(_CLONES) >= _MEMO_LIMIT:
+        _CLONES.clear()
     _CLONES[key] = (kernel, chip, clone)
     return clone
 
@@ -172,20 +178,22 @@ def _run(spec: PtoKernel, chip: Chip, args: list) -> tuple[tuple[torch.Tensor, .
     try:
         ret = k(*args, *outs)
     except Exception as exc:
-        raise CustomOpError(f"custom op {spec.name!r}: its npu_func {spec.kernel_name} failed on {chip.name} with "
-                     f"arguments {_shapes(args)}: {type(exc).__name__}: {exc}") from exc
+        raise CustomOpError(
+            f"custom op {spec.name!r}: its npu_func {spec.kernel_name} failed on {chip.name} with arguments "
+            f"{_shapes(args)}: {type(exc).__name__}: {exc}") from exc
     if spec.layout == "return":
         outs = list(ret) if isinstance(ret, (tuple, list)) else ([] if ret is None else [ret])
         if len(outs) != len(spec.out):
-            raise CustomOpError(f"custom op {spec.name!r}: its npu_func {spec.kernel_name} returned {len(outs)} tensor(s), "
-                         f"the reference {len(spec.out)}. Rule: the kernel returns the op's outputs (or takes them "
-                         "as parameters after the inputs). Fix: return one tensor per output of the reference")
+            raise CustomOpError(
+                f"custom op {spec.name!r}: its npu_func {spec.kernel_name} returned {len(outs)} tensor(s), the "
+                f"reference {len(spec.out)}. Rule: the kernel returns the op's outputs (or takes them as parameters "
+                "after the inputs). Fix: return one tensor per output of the reference")
     for i, (t, o) in enumerate(zip(outs, spec.out, strict=True)):
         if tuple(t.shape) != tuple(o.shape):
-            raise CustomOpError(f"custom op {spec.name!r}: output {i} of its npu_func {spec.kernel_name} has shape "
-                         f"{list(t.shape)}, the reference's {list(o.shape)}. Rule: a pto kernel computes what the "
-                         "reference computes. Fix: make the kernel's output match the reference (or the reference "
-                         "the kernel's)")
+            raise CustomOpError(
+                f"custom op {spec.name!r}: output {i} of its npu_func {spec.kernel_name} has shape "
+                f"{list(t.shape)}, the reference's {list(o.shape)}. Rule: a pto kernel computes what the reference "
+                "computes. Fix: make the kernel's output match the reference (or the reference the kernel's)")
     return tuple(outs), k.last_run
 
 
@@ -212,6 +220,8 @@ def simulate(spec: PtoKernel, chip: Chip):
     if hit is not None and hit[0] is spec.kernel and hit[1] is chip:
         return hit[2]
     _, run = _run(spec, chip, _example(spec))
+    if len(_RUNS) >= _MEMO_LIMIT:
+        _RUNS.clear()
     _RUNS[key] = (spec.kernel, chip, run)
     return run
 

@@ -8,9 +8,18 @@ The seed article (section 4.2) registers an NPU operator with::
     def my_custom_op(input):
         return input * 2
 
-Here ``npu_func`` is either a string (the TBE / Ascend C source of the article; kept as
-documentation in ``op.pypto_spec.npu_source``, the simulator cannot run it) or a callable cost
-function (see ``cost``). The decorated function is the reference implementation: calling the op
+Here ``npu_func`` is one of:
+
+* a pto kernel (``@pypto.jit`` / ``@pypto.frontend.jit``, `pypto_lab.pto`) taking the op's
+  arguments then its outputs (or returning them): the op's NPU implementation. Inside
+  `pypto_lab.optimize` the op is that one kernel, costed by simulating it on the report's chip at
+  the op's shapes in the run's GM dtype (fp16 at ``precision="fp16"``), and ``optimized(x)``
+  computes the op with the kernel's numerics; calling the op outside an optimised model runs the
+  reference on the CPU. A kernel that raises (while costed or run) raises `CustomOpError` naming
+  the op, with the kernel's error chained. See `pypto_lab.kernels.pto_bridge`.
+* a string (the TBE / Ascend C source of the article; kept as documentation in
+  ``op.pypto_spec.npu_source``, the simulator cannot run it);
+* a callable cost function (see ``cost``). The decorated function is the reference implementation: calling the op
 runs it. The op is a ``torch.library`` custom op in the namespace ``pypto_lab_user`` (with a fake
 implementation that runs the reference on fake tensors, or returns a tensor shaped like the first
 input when that fails), so ``torch.export`` captures one node ``pypto_lab_user.<name>.default``;
@@ -53,6 +62,7 @@ import torch
 
 from .capture.catalogue import CUSTOM, CUSTOM_NAMESPACE, NpuOp
 from .kernels.custom import UNITS, USER_OPS, CustomOpError, CustomOpSpec, lower_custom, spec_of
+from .kernels.pto_bridge import is_pto_kernel
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SPECS = USER_OPS
@@ -143,10 +153,24 @@ def custom_op(npu_func: str | Callable | None = None, *, name: str | None = None
     function, ``torch.ops.pypto_lab_user.<name>``), with ``.pypto_spec`` holding what was declared.
     Registering the same name again (a notebook cell run twice) replaces the reference and the
     cost; the parameter list must stay the same.
+
+    With a pto kernel as ``npu_func``, ``optimize`` simulates it on the report's chip (the op's
+    report entry is the kernel's own run) and ``optimized(x)`` runs it on the op's tensors; when the
+    kernel raises, there or while costed, the error propagates as `CustomOpError` naming the op,
+    the kernel and the argument shapes, with the kernel's own error as its cause. Calling the op
+    directly runs the reference.
     """
     if npu_func is not None and not isinstance(npu_func, str) and not callable(npu_func):
-        raise CustomOpError(f"custom_op npu_func = {npu_func!r}: pass the NPU source as a string (kept as "
-                            "documentation) or a cost function (called with the op's arguments as meta tensors)")
+        raise CustomOpError(f"custom_op npu_func = {npu_func!r}: pass a pto kernel (@pypto.jit), the NPU source "
+                            "as a string (kept as documentation) or a cost function (called with the op's arguments "
+                            "as meta tensors)")
+    pto = npu_func is not None and is_pto_kernel(npu_func)
+    if pto:
+        given = [k for k, v in (("unit", unit), ("flops", flops), ("bytes", bytes), ("cost", cost)) if v is not None]
+        if given:
+            raise CustomOpError(f"custom_op npu_func = {npu_func.__name__} (a pto kernel) with {', '.join(given)}=: "
+                                "the pto kernel is simulated for the cost and tells its units itself; drop "
+                                f"{', '.join(g + '=' for g in given)}")
     if unit is not None and unit not in UNITS:
         raise CustomOpError(f"custom_op unit = {unit!r} is not known; choose one of {', '.join(UNITS)}")
     for label, v in (("flops", flops), ("bytes", bytes)):
@@ -156,7 +180,7 @@ def custom_op(npu_func: str | Callable | None = None, *, name: str | None = None
     if cost is not None and not callable(cost):
         raise CustomOpError(f"custom_op cost = {cost!r}: must be a function returning microseconds (or a dict "
                             "with time_us / cycles, or a KernelReport)")
-    if cost is not None and callable(npu_func):
+    if cost is not None and callable(npu_func) and not pto:
         raise CustomOpError("custom_op: both npu_func and cost are functions; pass the cost function once, as cost=")
 
     def decorate(fn: Callable) -> Any:
@@ -171,8 +195,8 @@ def custom_op(npu_func: str | Callable | None = None, *, name: str | None = None
                                 "or cost=")
         schema = _schema(fn, op_name)
         spec = CustomOpSpec(op_name, fn, unit or "vector", flops, bytes,
-                            cost if cost is not None else (npu_func if callable(npu_func) else None),
-                            npu_func if isinstance(npu_func, str) else "", schema)
+                            cost if cost is not None else (npu_func if callable(npu_func) and not pto else None),
+                            npu_func if isinstance(npu_func, str) else "", schema, npu_func if pto else None)
         op = _register_torch_op(op_name, schema)
         _SPECS[op_name] = spec
         CUSTOM[op_name] = NpuOp(op_name, spec.unit, "", custom=lower_custom)

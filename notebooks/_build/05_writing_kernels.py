@@ -547,6 +547,157 @@ except pypto.NoNPUError as err:
     print(type(err).__name__, "\\n", err)
 """)
 
+
+# ---------------------------------------------------------------- plugging into a model
+md("""
+## 7 · Plugging a kernel into a model
+
+A pto kernel is the NPU implementation of an operator. `pypto_lab.custom_op(npu_func=kernel)`
+(the seed article's decorator) plugs it into a PyTorch model: the decorated function is the
+**reference** (it gives the output's shape and dtype, and the op runs it on the CPU when called
+outside an optimised model), and the kernel is what `pypto_lab.optimize` costs and what the
+optimised model computes with.
+
+An RMSNorm over rows of 512, written in pto with two rows per tile. It takes its inputs, then
+its output, all fp16: the report below runs at `precision="fp16"`, and GM holds the op's tensors
+in fp16.
+""")
+
+code("""
+ROWS, HID = 64, 512
+
+def make_rms(rows_per_tile):
+    @pypto.frontend.jit
+    def rms_kernel(x: pypto.Tensor((ROWS, HID), pypto.DT_FP16), g: pypto.Tensor((HID,), pypto.DT_FP16),
+                   out: pypto.Tensor((ROWS, HID), pypto.DT_FP16)):
+        pypto.set_vec_tile_shapes(rows_per_tile, HID)
+        mean_sq = pypto.sum(x * x, dim=-1, keepdim=True) / HID
+        out[:] = x * pypto.rsqrt(mean_sq + 1e-6) * g
+    return rms_kernel
+
+def rms_reference(x, g):
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-6) * g
+
+class Block(torch.nn.Module):
+    \"\"\"Linear -> RMSNorm (the op given) -> Linear.\"\"\"
+    def __init__(self, norm):
+        super().__init__()
+        self.norm = norm
+        self.up = torch.nn.Linear(256, HID)
+        self.gamma = torch.nn.Parameter(1 + 0.1 * torch.randn(HID))
+        self.down = torch.nn.Linear(HID, 256)
+
+    def forward(self, x):
+        return self.down(self.norm(self.up(x), self.gamma))
+
+torch.manual_seed(0)
+xm = torch.randn(ROWS, 256)
+""")
+
+md("""
+**Before**: the op registered with its reference only (`custom_op()` with no `npu_func`). The
+simulator has no kernel for it, so it costs the reference's ATen ops (`mul`, `mean` as a
+`sum`, `add`, `sqrt`, `div`, `mul`) as one fused Vector kernel of its own:
+""")
+
+code("""
+rms_norm = pypto_lab.custom_op(name="rms_norm")(rms_reference)
+model = Block(rms_norm).eval()
+before = pypto_lab.optimize(model, xm, chip="Ascend910B1", level=1).report()
+print(before.table())
+print(before.kernels[1].spec.op)
+""")
+
+md("""
+**After**: the same op with the pto kernel as its `npu_func` (registering the name again replaces
+the op). `optimize` simulates the kernel itself on the report's chip, at the op's shapes, in
+fp16: the `rms_norm` row is now the kernel's own run, the same figure as calling the kernel by
+hand on the same chip.
+""")
+
+code("""
+# NBVAL_CHECK_OUTPUT
+rms_kernel = make_rms(2)
+rms_norm = pypto_lab.custom_op(npu_func=rms_kernel, name="rms_norm")(rms_reference)
+optimized = pypto_lab.optimize(model, xm, chip="Ascend910B1", level=1)
+after = optimized.report()
+print(after.table())
+
+k = next(k for k in after.kernels if k.name.startswith("rms_norm"))
+xh = torch.randn(ROWS, HID, dtype=torch.float16)
+rms_kernel(xh, torch.ones(HID, dtype=torch.float16), torch.empty_like(xh))   # by hand, on the 910B1
+print(f"report: {k.time_us:.3f} us, {k.gm_bytes / 1024:.0f} KiB GM   |   by hand: {rms_kernel.last_run}")
+print(f"model: {before.latency_us:.2f} us before -> {after.latency_us:.2f} us after")
+""")
+
+md("""
+The report's RMSNorm time is the pto kernel's simulated run, and the model's latency changed by
+exactly the difference between the two RMSNorm rows: the matmuls are untouched. The kernel reads
+`x` and `gamma` and writes `out` once (129 KiB); the reference's fused Vector kernel was costed
+over a second full-size input (192 KiB), because the cost model from ATen ops assumes every input
+has the output's size.
+""")
+
+md("""
+**Numerics.** `optimized(x)` runs the pto kernel on the op's actual tensors (fp16, as GM holds
+them), so the model's output carries the kernel's arithmetic; `model(x)` still runs the reference
+in fp32 on the CPU. They agree to fp16 precision:
+""")
+
+code("""
+with torch.no_grad():
+    reference = model(xm)          # outside optimize: the reference, fp32
+npu = optimized(xm)                # the pto kernel's numerics (and fp16 matmuls)
+print("ran with the pto kernel:", optimized.runtime.last_stats.nodes)
+print(f"max |error| = {float((npu - reference).abs().max()):.2e}, max |output| = {float(reference.abs().max()):.2f}")
+_ = golden("Block with the pto RMSNorm", npu, reference)
+""")
+
+md("""
+The kernel is now a model component: change it and the whole model's figure follows. The same
+kernel with 32 rows per tile has two tasks, so it runs on 2 of the 48 Vector cores:
+""")
+
+code("""
+# NBVAL_CHECK_OUTPUT
+for rows_per_tile in (1, 2, 8, 32):
+    pypto_lab.custom_op(npu_func=make_rms(rows_per_tile), name="rms_norm")(rms_reference)
+    rep = pypto_lab.optimize(model, xm, chip="Ascend910B1", level=1).report()
+    kk = next(k for k in rep.kernels if k.name.startswith("rms_norm"))
+    print(f"{rows_per_tile:2d} rows per tile: rms_norm {kk.time_us:5.3f} us on {kk.reports[0].cores_used:2d} cores, "
+          f"model {rep.latency_us:5.3f} us")
+""")
+
+md("""
+One row per tile makes 64 tasks for 48 Vector cores: two waves, the second on 16 cores. Two rows
+per tile (32 tasks on 32 cores) is one wave and the fastest of these; 8 and 32 rows leave most
+cores idle. The model's latency moves with the kernel's time, the matmuls staying as they were.
+""")
+
+md("""
+A kernel that does not fit the report is refused before it runs, naming the rule and the fix.
+Here the kernel is written for bf16 while the report runs in fp16:
+""")
+
+code("""
+@pypto.frontend.jit
+def rms_bf16(x: pypto.Tensor((ROWS, HID), pypto.DT_BF16), g: pypto.Tensor((HID,), pypto.DT_BF16),
+             out: pypto.Tensor((ROWS, HID), pypto.DT_BF16)):
+    pypto.set_vec_tile_shapes(2, HID)
+    out[:] = x * pypto.rsqrt(pypto.sum(x * x, dim=-1, keepdim=True) / HID + 1e-6) * g
+
+pypto_lab.custom_op(npu_func=rms_bf16, name="rms_norm")(rms_reference)
+try:
+    pypto_lab.optimize(model, xm, chip="Ascend910B1", level=1)
+except pypto_lab.CustomOpError as err:
+    print(type(err).__name__, "\\n", err)
+""")
+
+md("""
+A kernel whose output shape is not the reference's, or that raises while it is simulated or run,
+raises `CustomOpError` naming the op too (the kernel's own error is its `__cause__`).
+""")
+
 md("""
 ## Where next
 
@@ -555,6 +706,8 @@ md("""
   framework's examples run here.
 * `kernel.dump_stages(directory)` writes the four stages as JSON, to read what the compiler did.
 * `02_tiling_a_matmul` explores the same tile shapes with sliders.
+* Section 7's `custom_op(npu_func=kernel)` works for Cube kernels too (a matmul kernel becomes a
+  Cube row of the report); `tests/test_pto_custom_op.py` has one.
 """)
 
 

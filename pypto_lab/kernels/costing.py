@@ -12,7 +12,7 @@ from typing import Any
 
 from ..capture.graph import Graph
 from ..hw.chip import Chip
-from . import attention, cube, custom, host, vector  # noqa: F401  (register the built-in costers)
+from . import attention, cube, custom, host, pto_bridge, vector  # noqa: F401  (register the built-in costers)
 from .cost import KernelCost, cost
 from .ir import Kernel, KernelSpec
 from .lower import kernels_of

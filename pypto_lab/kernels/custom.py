@@ -11,6 +11,8 @@ kernel spec, and the coster of `CustomKernel`.
 * a `CustomKernel` with the declared flops / bytes evaluated (``unit="vector"`` or ``"move"``),
   simulated as a Vector kernel streaming the bytes and issuing ``ceil(flops / elements)`` vector
   instructions per element tile;
+* a `PtoKernel` when its ``npu_func`` is a pto kernel (`pypto_lab.kernels.pto_bridge`): the kernel
+  itself is simulated on the chip at the op's shapes, and run for the op's numerics;
 * with nothing declared, a `VectorKernel` of its reference's ATen ops (traced on meta tensors),
   when each of them is a Vector operator of the catalogue or a view; otherwise `CustomOpError`
   names what to declare.
@@ -32,14 +34,12 @@ from ..capture.graph import Graph, Node
 from ..hw.chip import Chip
 from ..hw.kernels import VECTOR_OPS, KernelReport, VectorOp, simulate_vector
 from .cost import KernelCost, coster, split_resources
+from .custom_error import CustomOpError
 from .ir import CubeKernel, CustomKernel, KernelSpec, TensorMeta, VectorKernel
 from .lower import storage_dtypes
+from .pto_bridge import lower_pto
 
 UNITS = ("vector", "cube", "move")
-
-
-class CustomOpError(ValueError):
-    """A custom operator cannot be registered or costed: the message names the rule and the fix."""
 
 
 @dataclass
@@ -54,6 +54,7 @@ class CustomOpSpec:
     cost: Callable | None = None
     npu_source: str = ""
     schema: str = ""
+    npu_kernel: Any = None           # a pto kernel (`pypto_lab.kernels.pto_bridge`), its NPU implementation
 
     @property
     def qualified_name(self) -> str:
@@ -148,7 +149,7 @@ def lower_custom(graph: Graph, node: Node, chip: Chip, precision: str) -> Kernel
         raise CustomOpError(f"{node.target} was captured but is not registered in this process: run the "
                             "@custom_op definition before optimize")
     cube_dt, vector_dt = storage_dtypes(chip, precision)
-    gm = cube_dt if spec.unit == "cube" else vector_dt
+    gm = cube_dt if spec.unit == "cube" and spec.npu_kernel is None else vector_dt
     args = []
     for a in node.args:
         info = graph.info(a) if isinstance(a, str) and a in node.inputs else None
@@ -159,6 +160,8 @@ def lower_custom(graph: Graph, node: Node, chip: Chip, precision: str) -> Kernel
     args = tuple(args)
     out = tuple(TensorMeta(o.shape, o.dtype) for o in node.outputs)
     meta = meta_of(args)
+    if spec.npu_kernel is not None:
+        return lower_pto(spec.name, spec.npu_kernel, args, out, chip, precision, gm)
     if spec.cost is not None:
         return CustomKernel(spec.name, spec.unit, args, out, gm, cost_fn=spec.cost)
     if spec.unit == "cube":

@@ -32,8 +32,11 @@ optimised graph gives it (the kernel specs the passes wrote, read through each n
   and one rounding at the end; ``block_k`` is the one the report costed (``AttentionKernel.block_k``
   or `default_attention_blocks`). Unfused: the scores and probabilities are stored in GM
   (rounded) between the three kernels.
-* Anything else (views, CPU fallbacks, custom operators) runs the ATen op as is; its floating
-  outputs are stored in the run's storage dtype.
+* A custom operator whose NPU implementation is a pto kernel (`pypto_lab.kernels.pto_bridge`):
+  the pto kernel runs on the stored inputs (cast to the GM dtype the report costed it in) and
+  computes the outputs with its own numerics.
+* Anything else (views, CPU fallbacks, other custom operators) runs the ATen op as is; its
+  floating outputs are stored in the run's storage dtype.
 
 Values keep the model's dtype (fp32 tensors holding fp16-representable values), so outputs
 compare directly with the model's. In-place ATen ops run out of place. The summation order of
@@ -58,6 +61,7 @@ from ..hw import numerics
 from ..hw.attention import default_attention_blocks
 from ..hw.chip import Chip
 from ..kernels.ir import AttentionKernel, CubeKernel, Decomposed
+from ..kernels.pto_bridge import PtoKernel, run_numerics
 
 _TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 _STORAGE = {"fp16": "fp16", "bf16": "bf16", "int8": "fp16", "fp32": None}
@@ -80,7 +84,7 @@ class NodePlan:
     """What numerics one node of the exported program runs with."""
 
     name: str
-    kind: str                      # cube | attention | vector | decomposed | folded_bn | view | plain
+    kind: str                      # cube | attention | vector | decomposed | folded_bn | view | pto | plain
     cube_dtype: str | None = None  # fp16 / bf16 / fp32 / int8 (cube)
     compute: str | None = None     # dtype of the arithmetic (None: fp32)
     store: str | None = None       # dtype the output is stored in (None: fp32, no rounding)
@@ -90,6 +94,7 @@ class NodePlan:
     folded_bn: FoldedBatchNorm | None = None  # a BatchNorm folded into this convolution
     flash: bool = False            # attention: FlashAttention's online softmax
     block_k: int | None = None     # attention: the key block it runs with (None: the chip's default)
+    pto: PtoKernel | None = None   # a custom op whose NPU implementation is a pto kernel
 
 
 @dataclass
@@ -148,6 +153,9 @@ def build_plan(graph: Graph, precision: str) -> dict[str, NodePlan]:
             plan[fx.name] = NodePlan(fx.name, "attention", cube_dtype=dtype, compute="fp32", store=store,
                                      internal=internal, internal_inputs=internal_inputs, flash=spec.flash,
                                      block_k=spec.block_k)
+        elif isinstance(spec, PtoKernel):
+            plan[fx.name] = NodePlan(fx.name, "pto", store=store, internal=internal, internal_inputs=internal_inputs,
+                                     pto=spec)
         elif unit == "free":
             plan[fx.name] = NodePlan(fx.name, "view")
         elif unit in ("vector", "move") and aten:
@@ -488,6 +496,8 @@ class _Interpreter(torch.fx.Interpreter):
             out = _decomposed(op, args, kwargs, plan.compute, plan.store)
         elif plan.kind == "vector":
             out = self._vector(n, target, args, kwargs, plan)
+        elif plan.kind == "pto":
+            out = run_numerics(plan.pto, self.rt.chip, (*args, *kwargs.values()))
         else:
             out = target(*args, **kwargs)
         out = _like(out, meta)

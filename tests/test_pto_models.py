@@ -61,6 +61,8 @@ MODEL_STYLE = textwrap.dedent('''
         ids = torch.rand((bs, 8), dtype=torch.int32, device=f"npu:{device_id}")
         out = torch.rand((bs, 64), dtype=torch.float32).to(f"npu:{device_id}")
         assert get_format(x) == "ND" and ids.shape == (bs, 8)
+        top = torch.topk(x, 8, dim=-1, sorted=False).indices
+        assert torch.equal(top, torch.topk(x, 8, dim=-1).indices), "topk(sorted=False) is not sorted"
         y = torch_npu.npu_format_cast(y, 29)
         g = torch.npu.NPUGraph()
         with torch.npu.graph(g):
@@ -88,8 +90,9 @@ def model_file(tmp_path):
 
 
 def test_npu_on_cpu_runs_a_model_style_test(model_file):
-    """torch_npu, torch.npu, device='npu:N', .npu(), an integer torch.rand and an NPU graph stand in on
-    the CPU; the chosen test runs at the size --set gives; both golden comparisons are recorded."""
+    """torch_npu, torch.npu, device='npu:N', .npu(), an integer torch.rand, topk(sorted=False) and an
+    NPU graph stand in on the CPU; the chosen test runs at the size --set gives; both golden
+    comparisons are recorded."""
     p = _run("--npu-on-cpu", "--call", "test_add", "--set", "bs=16", model_file)
     out = p.stdout + p.stderr
     assert p.returncode == 0, out

@@ -309,6 +309,17 @@ def _explain(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _load_npu_on_cpu():
+    """scripts/npu_on_cpu.py, loaded from beside this file (sys.path is left as it is)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "npu_on_cpu", os.path.join(os.path.dirname(os.path.abspath(__file__)), "npu_on_cpu.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _call_expr(call: str) -> str:
     return f"{call}()" if call.isidentifier() else call
 
@@ -342,10 +353,7 @@ def run(path: str, args: list[str], golden: bool = True, add_run_mode: bool = Tr
     recorder = Recorder(path)
     stand_in = None
     if npu_on_cpu:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from npu_on_cpu import NpuOnCpu
-
-        stand_in = NpuOnCpu().install()
+        stand_in = _load_npu_on_cpu().NpuOnCpu().install()
         print("[run_pypto_example] --npu-on-cpu: torch_npu, torch.npu, device='npu:N' and NPU graphs stand in "
               "on the CPU (scripts/npu_on_cpu.py)")
     if golden:

@@ -18,6 +18,22 @@ clone it yourself). The script is read, never written: in memory,
 At the end it prints each comparison (line, max |diff|, verdict) and exits 1 if the script
 raised or any comparison failed. ``--no-golden`` runs the script as it is (only the import
 rewritten); ``--keep-run-mode`` does not add ``--run_mode sim``.
+
+For the model kernels of the real repository (``models/``), whose tests run on an NPU:
+
+    python scripts/run_pypto_example.py --npu-on-cpu --call test_select_experts --set bs=8 \
+        PYPTO_SRC/models/glm_v4_5/glm_select_experts.py
+
+* ``--npu-on-cpu`` installs ``scripts/npu_on_cpu.py``: ``torch_npu``, ``torch.npu``, ``device='npu:N'``
+  and NPU graphs stood in by the CPU (its docstring says exactly what and why that is honest);
+* ``--call EXPR`` loads the file as a module (its ``if __name__ == "__main__":`` block does not run)
+  and then evaluates EXPR in it: a bare name (``test_ifa``) is called with no arguments, anything
+  else (``'ifa(*build_ifa_config(get_case_config("ifa_b8_s1_1_s2_16k")))'``) is evaluated as is;
+* ``--set NAME=VALUE`` (repeatable) replaces, everywhere in the file, the literal value of every
+  assignment ``NAME = literal``, dict entry ``"NAME": literal`` and keyword argument
+  ``NAME=literal``, to make a test's sizes small enough for a laptop. Each replacement is printed
+  with its line; a NAME that matches nothing is an error. The kernel and the golden read the same
+  variables, so the comparison stays a comparison of the same computation at another size.
 """
 
 from __future__ import annotations
@@ -121,11 +137,54 @@ def _npu_only(body) -> bool:
     return any(_names(stmt) & NPU_ONLY for stmt in body)
 
 
-def rewrite(source: str, filename: str, golden: bool = True):
-    """(code object, rewriter) for the example's source: imports rewritten, comparisons enabled."""
+class _SetParams(ast.NodeTransformer):
+    """``--set NAME=VALUE``: the literal of ``NAME = lit``, ``{"NAME": lit}`` and ``f(NAME=lit)``."""
+
+    def __init__(self, values: dict):
+        self.values = values
+        self.changes: list[tuple[str, int, object, object]] = []
+
+    def _replace(self, name, node, lineno):
+        try:
+            old = ast.literal_eval(node)
+        except (ValueError, TypeError, SyntaxError, RecursionError):
+            return node
+        new = self.values[name]
+        self.changes.append((name, lineno, old, new))
+        return ast.copy_location(ast.parse(repr(new), mode="eval").body, node)
+
+    def visit_Assign(self, node):
+        self.generic_visit(node)
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and node.targets[0].id in self.values:
+            node.value = self._replace(node.targets[0].id, node.value, node.lineno)
+        return node
+
+    def visit_Dict(self, node):
+        self.generic_visit(node)
+        for i, key in enumerate(node.keys):
+            if isinstance(key, ast.Constant) and key.value in self.values:
+                node.values[i] = self._replace(key.value, node.values[i], key.lineno)
+        return node
+
+    def visit_keyword(self, node):
+        self.generic_visit(node)
+        if node.arg in self.values:
+            node.value = self._replace(node.arg, node.value, node.value.lineno)
+        return node
+
+
+def rewrite(source: str, filename: str, golden: bool = True, params: dict | None = None):
+    """(code object, rewriter) for the example's source: imports rewritten, comparisons enabled,
+    the ``--set`` parameters replaced (``rw.changes``)."""
     tree = ast.parse(source, filename)
     rw = _Rewrite(golden)
-    tree = ast.fix_missing_locations(rw.visit(tree))
+    tree = rw.visit(tree)
+    rw.changes = []
+    if params:
+        setter = _SetParams(params)
+        tree = setter.visit(tree)
+        rw.changes = setter.changes
+    tree = ast.fix_missing_locations(tree)
     # dont_inherit: this file's `from __future__ import annotations` must not turn the
     # example's pypto.Tensor annotations into strings
     return compile(tree, filename, "exec", dont_inherit=True), rw
@@ -237,7 +296,10 @@ class Recorder:
 
 def _explain(exc: BaseException) -> str:
     if isinstance(exc, ModuleNotFoundError) and exc.name and exc.name.split(".")[0] in ("torch_npu", "acl"):
-        return f"needs {exc.name}: this example runs on a real NPU only"
+        return (f"needs {exc.name}: this example runs on a real NPU only"
+                + (" (try --npu-on-cpu)" if exc.name.split(".")[0] == "torch_npu" else ""))
+    if isinstance(exc, AttributeError) and "npu_on_cpu" in str(exc):
+        return f"uses NPU-only API the CPU stand-in does not cover: {exc}"
     if isinstance(exc, AttributeError) and "pypto_lab.pto" in str(exc):
         return f"pypto_lab.pto lacks a name the example uses: {exc}"
     if isinstance(exc, AttributeError) and "'torch' has no attribute 'npu'" in str(exc):
@@ -247,13 +309,38 @@ def _explain(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def run(path: str, args: list[str], golden: bool = True, add_run_mode: bool = True) -> int:
+def _load_npu_on_cpu():
+    """scripts/npu_on_cpu.py, loaded from beside this file (sys.path is left as it is)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "npu_on_cpu", os.path.join(os.path.dirname(os.path.abspath(__file__)), "npu_on_cpu.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _call_expr(call: str) -> str:
+    return f"{call}()" if call.isidentifier() else call
+
+
+def run(path: str, args: list[str], golden: bool = True, add_run_mode: bool = True,
+        npu_on_cpu: bool = False, call: str | None = None, params: dict | None = None) -> int:
     path = os.path.abspath(path)
     with open(path, encoding="utf-8") as fh:
         source = fh.read()
-    code, rw = rewrite(source, path, golden)
+    code, rw = rewrite(source, path, golden, params)
     if rw.imports == 0:
         print(f"[run_pypto_example] note: {path} does not import pypto")
+    for name, line, old, new in rw.changes:
+        print(f"[run_pypto_example] --set {name}: line {line}: {old!r} -> {new!r}")
+    unmatched = sorted(set(params or {}) - {c[0] for c in rw.changes})
+    if unmatched:
+        print(f"[run_pypto_example] --set {', '.join(unmatched)}: no literal assignment, dict entry or keyword "
+              "of that name in the file")
+        return 2
+    if call is not None:
+        call_code = compile(_call_expr(call), f"<--call {call}>", "eval")
     argv = list(args)
     if add_run_mode and "--run_mode" in source and not any(a.startswith(("--run_mode", "--run-mode", "-m"))
                                                           for a in argv):
@@ -264,15 +351,24 @@ def run(path: str, args: list[str], golden: bool = True, add_run_mode: bool = Tr
     import pypto_lab.pto as pto  # noqa: F401  (fails early and clearly if the package is missing)
 
     recorder = Recorder(path)
+    stand_in = None
+    if npu_on_cpu:
+        stand_in = _load_npu_on_cpu().NpuOnCpu().install()
+        print("[run_pypto_example] --npu-on-cpu: torch_npu, torch.npu, device='npu:N' and NPU graphs stand in "
+              "on the CPU (scripts/npu_on_cpu.py)")
     if golden:
         recorder.install()
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [path, *argv]
     sys.path.insert(0, os.path.dirname(path))
     error = None
+    namespace = {"__name__": "__main__" if call is None else "__pto_model__", "__file__": path,
+                 "__builtins__": __builtins__, HOOK: recorder.assert_hook}
     try:
-        exec(code, {"__name__": "__main__", "__file__": path, "__builtins__": __builtins__,
-                     HOOK: recorder.assert_hook})
+        exec(code, namespace)
+        if call is not None:
+            print(f"[run_pypto_example] --call {_call_expr(call)}")
+            eval(call_code, namespace)
     except SystemExit as exc:
         if exc.code not in (None, 0):
             error = exc
@@ -281,10 +377,13 @@ def run(path: str, args: list[str], golden: bool = True, add_run_mode: bool = Tr
         error = exc
     finally:
         recorder.uninstall()
+        if stand_in is not None:
+            stand_in.uninstall()
         sys.argv, sys.path[:] = saved_argv, saved_path
 
     failed = [r for r in recorder.records if not r.passed]
-    print(f"\n[run_pypto_example] {os.path.basename(path)} {' '.join(argv)}")
+    print(f"\n[run_pypto_example] {os.path.basename(path)} {' '.join(argv)}"
+          + (f" --call {call}" if call is not None else ""))
     if golden:
         n = len(recorder.records)
         print(f"[run_pypto_example] {n} comparison{'s' if n != 1 else ''} with torch: "
@@ -303,20 +402,45 @@ def run(path: str, args: list[str], golden: bool = True, add_run_mode: bool = Tr
     return 1 if failed else 0
 
 
+FLAGS = ("--no-golden", "--keep-run-mode", "--npu-on-cpu", "--help")
+VALUED = ("--call", "--set")
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    golden, add_run_mode = True, True
-    while argv and argv[0].startswith("--") and argv[0] in ("--no-golden", "--keep-run-mode", "--help"):
+    golden, add_run_mode, npu_on_cpu, call, params = True, True, False, None, {}
+    while argv and (argv[0] in FLAGS or argv[0].split("=", 1)[0] in VALUED):
         flag = argv.pop(0)
         if flag == "--help":
             print(__doc__)
             return 0
+        if flag.split("=", 1)[0] in VALUED:
+            name, _, value = flag.partition("=")
+            if not value:
+                if not argv:
+                    print(f"{name} needs a value")
+                    return 2
+                value = argv.pop(0)
+            if name == "--call":
+                call = value
+                continue
+            key, eq, literal = value.partition("=")
+            if not eq or not key.isidentifier():
+                print(f"--set expects NAME=VALUE, got {value!r}")
+                return 2
+            try:
+                params[key] = ast.literal_eval(literal)
+            except (ValueError, SyntaxError):
+                params[key] = literal  # a bare word is a string
+            continue
         golden = golden and flag != "--no-golden"
         add_run_mode = add_run_mode and flag != "--keep-run-mode"
+        npu_on_cpu = npu_on_cpu or flag == "--npu-on-cpu"
     if not argv:
         print(__doc__)
         return 2
-    return run(argv[0], argv[1:], golden=golden, add_run_mode=add_run_mode)
+    return run(argv[0], argv[1:], golden=golden, add_run_mode=add_run_mode, npu_on_cpu=npu_on_cpu,
+               call=call, params=params)
 
 
 if __name__ == "__main__":

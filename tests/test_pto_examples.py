@@ -20,10 +20,20 @@ RUNNER = ROOT / "scripts" / "run_pypto_example.py"
 
 pto = pytest.importorskip("pypto_lab.pto", reason="pypto_lab.pto is not there yet")
 
-EXAMPLES = ["add", "softmax", "layer_norm", "rms_norm", "matmul", "ffn", "attention"]
+EXAMPLES = ["add", "softmax", "layer_norm", "rms_norm", "matmul", "ffn", "attention",
+            "moe_gating_topk", "rms_norm_quant", "paged_attention"]
 
 # Examples that need something pypto_lab.pto does not have yet: name -> what is missing.
 MISSING: dict[str, str] = {}
+
+# The model-kernel examples use API that arrives with other branches (ops: topk / gather /
+# scatter_ / quantize; sym: tensor reads as scalars and loops over them). Each is skipped, naming
+# the missing attribute, only while pypto_lab.pto lacks it, and is expected to pass once it is there.
+NEEDS: dict[str, tuple[str, ...]] = {
+    "moe_gating_topk": ("topk", "scatter_", "gather"),
+    "rms_norm_quant": ("quantize",),
+    "paged_attention": ("SymbolicScalar",),   # block_table[b, j] / seq_lens[b] read as scalars
+}
 
 
 def _load(name):
@@ -38,6 +48,9 @@ def _params():
         marks = []
         if name in MISSING:
             marks.append(pytest.mark.xfail(strict=False, reason=f"pto lacks {MISSING[name]}"))
+        absent = [a for a in NEEDS.get(name, ()) if not hasattr(pto, a)]
+        if absent:
+            marks.append(pytest.mark.skip(reason=f"pypto_lab.pto has no {', '.join(absent)} yet"))
         yield pytest.param(name, marks=marks, id=name)
 
 

@@ -248,3 +248,28 @@ def test_the_trace_groups_a_loop_into_one_lane_with_its_iteration_count(tmp_path
     assert len(k.last_compiled.execute_graph.program) < 5000     # not one task per iteration
     k.dump_stages(tmp_path)                                       # symbolic offsets serialise
     assert "loop_idx_i" in (tmp_path / "tensor_graph.json").read_text()
+
+
+def test_a_run_time_loop_shorter_than_the_simulated_waves_is_simulated_as_it_ran():
+    # the trip count comes from a tensor (as paged attention reads a sequence's length): 3 here, far
+    # fewer than the two waves of copies the loop's cost is extrapolated from
+    @pypto.jit(runtime_options=SIM)
+    def by_table(x: pypto.Tensor, n: pypto.Tensor, out: pypto.Tensor):
+        pypto.set_vec_tile_shapes(1, 64)
+        for i in pypto.loop(n[0], name="LOOP_n", idx_name="i"):
+            out[i:i + 1, :] = x[i:i + 1, :] + x[i:i + 1, :]
+
+    @pypto.jit(runtime_options=SIM)
+    def unrolled(x: pypto.Tensor, out: pypto.Tensor):
+        pypto.set_vec_tile_shapes(1, 64)
+        for i in pypto.loop(3):
+            out[i:i + 1, :] = x[i:i + 1, :] + x[i:i + 1, :]
+
+    x = torch.randn(8, 64, dtype=torch.float16)
+    a, b = torch.zeros_like(x), torch.zeros_like(x)
+    by_table(x, torch.tensor([3], dtype=torch.int32), a)
+    unrolled(x, b)
+    assert torch.equal(a, b) and torch.equal(a[:3], x[:3] + x[:3]) and not a[3:].any()
+    run = by_table.last_run
+    assert run.loops[0]["iterations"] == 3 and run.loops[0]["variants"][0]["simulated"] == 3
+    assert run.cycles == pytest.approx(unrolled.last_run.cycles) and run.cycles > 0

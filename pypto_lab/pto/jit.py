@@ -151,11 +151,32 @@ class CompiledKernel:
             m = self._reduced[key] = _measure(self.chip, graph, *lower(graph, self.chip, self.double_buffer))
         return m
 
+    def _exact(self, counts: dict) -> dict | None:
+        """A run whose loops took no more iterations than the base simulates is simulated as it is
+        (each loop's body copied exactly as often as it ran): extrapolating *down* from two waves
+        would subtract whole waves of iterations that never happened. Only for top-level symbolic
+        loops, whose counts are iterations of one body; a nested loop's count sums over its
+        enclosing iterations."""
+        if not self.copies or loops.nested(self.tensor_graph):
+            return None
+        if any(counts.get(k, 0) > c for k, c in self.copies.items()):
+            return None
+        exact = {k: counts.get(k, 0) for k in self.copies}
+        if exact == self.copies:
+            return None
+        key = tuple(sorted(exact.items()))
+        m = self._reduced.get(("exact",) + key)
+        if m is None:
+            graph, _ = loops.expand(self.tensor_graph, exact)
+            m = self._reduced[("exact",) + key] = _measure(self.chip, graph, *lower(graph, self.chip, self.double_buffer))
+        return m
+
     def _simulate(self, counts: dict) -> RunResult:
         chip = self.chip
         if self._base is None:
             self._base = _measure(chip, self.cost_graph, self.tile_graph, self.block_graph, self.execute_graph)
-        base = self._base
+        exact = self._exact(counts)
+        base = exact if exact is not None else self._base
         total = {k: (base[k].copy() if isinstance(base[k], np.ndarray) else base[k]) for k in _ADDITIVE}
         enc = loops.enclosing_copies(self.tensor_graph, self.copies)
         loop_info = []
@@ -166,7 +187,9 @@ class CompiledKernel:
                 sim = enc.get(key, 1) * self.copies.get(key, 0)
                 actual = counts.get(key, 0)
                 marginal = 0.0
-                if self.copies.get(key, 0) >= 1 and enc.get(key, 1) >= 1:
+                if exact is not None:
+                    sim = actual            # simulated as it ran: nothing to extrapolate
+                elif self.copies.get(key, 0) >= 1 and enc.get(key, 1) >= 1:
                     red = self._reduced_metrics(key)
                     per = {k: (base[k] - red[k]) / (enc[key] * self.wave.get(key, 1)) for k in _ADDITIVE}
                     marginal = float(per["cycles"])
@@ -193,7 +216,7 @@ class CompiledKernel:
             buffer_peak=dict(base["peak"]), flops=float(total["flops"]), gm_bytes=float(total["traffic"]),
             fraction_of_peak=frac, bound=bound, cores_used=self.block_graph.cores_used(), groups=base["groups"],
             timeline=tl, _chip=chip, loops=loop_info, simulated_cycles=base["cycles"],
-            loop_spans=self._loop_spans(tl) if loop_info else [])
+            loop_spans=self._loop_spans(tl) if loop_info and exact is None else [])
 
     def _loop_spans(self, tl) -> list[dict]:
         """Per loop variant: the cycles its simulated copies span in the base timeline."""

@@ -52,7 +52,9 @@ from __future__ import annotations
 
 import difflib
 import enum
+import os
 
+from ..hw.chip import Chip
 from .errors import OptionError
 
 _I32 = 2147483647
@@ -88,6 +90,7 @@ class Spec:
                 "setting": "dict {int or 'DEFAULT' or 'func<magic>_<order>' or label: int (or (int, side))}",
                 "scope": "int, or a tuple (scope_id: int, allow_parallel_merge: bool, allow_cross_scope_merge: bool)",
                 "str_list": "list of str", "int_list": "list of int", "float_list": "list of 2 floats [atol, rtol]",
+                "chip": "a chip preset name (e.g. 'Ascend910B1'), a .toml path or a Chip",
                 "any": "any value"}.get(self.kind, self.kind)
 
 
@@ -142,7 +145,8 @@ OPTIONS: dict[str, dict[str, Spec]] = {
         "cfgcache_leaf_task_num": _int(0, _I32, 0),
         "stitch_cfgcache_size": _int(0, 2 ** 62, 0),
         # pypto_lab's own
-        "chip": Spec("str", default="Ascend910B1", modelled="the chip model the kernel runs on"),
+        "chip": Spec("chip", default="Ascend910B1", modelled="the chip model the kernel runs on (a preset name, "
+                     "a .toml path or a Chip)"),
     },
     "host": {
         "compile_stage": _int(0, 5, 0),
@@ -189,7 +193,7 @@ def _example(spec: Spec):
         return spec.default if spec.default is not None else spec.lo
     if spec.kind == "str" and spec.choices:
         return spec.choices[0]
-    return {"bool": True, "str": "", "setting": {-1: 2}, "scope": (1, False, False), "str_list": [],
+    return {"bool": True, "str": "", "chip": "Ascend910B1", "setting": {-1: 2}, "scope": (1, False, False), "str_list": [],
             "int_list": [], "float_list": [1e-3, 1e-3]}.get(spec.kind)
 
 
@@ -220,6 +224,10 @@ def check_value(section: str, name: str, value):
             raise _bad(section, name, value, spec, "not a str")
         if spec.choices and value not in spec.choices:
             raise _bad(section, name, value, spec, "not one of the choices")
+        return value
+    if kind == "chip":  # a lab option: a preset name, a path or a Chip, resolved by jit with get_chip
+        if not isinstance(value, (str, os.PathLike, Chip)):
+            raise _bad(section, name, value, spec, "not a chip name, path or Chip")
         return value
     if kind == "setting":
         if not isinstance(value, dict):

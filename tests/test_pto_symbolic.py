@@ -273,3 +273,24 @@ def test_a_run_time_loop_shorter_than_the_simulated_waves_is_simulated_as_it_ran
     run = by_table.last_run
     assert run.loops[0]["iterations"] == 3 and run.loops[0]["variants"][0]["simulated"] == 3
     assert run.cycles == pytest.approx(unrolled.last_run.cycles) and run.cycles > 0
+
+
+def test_sizes_and_unrolled_indices_take_the_symbolic_scalar_methods_models_call():
+    # GLM's gating kernel: valid_shape=[(bs - bs_idx * rows).min(rows), ne] with bs = x.shape[0]
+    @pypto.frontend.jit(runtime_options=SIM)
+    def tail_rows(x: pypto.Tensor([pypto.DYNAMIC, 64], pypto.DT_FP32),
+                  out: pypto.Tensor([pypto.DYNAMIC, 64], pypto.DT_FP32)):
+        bs, rows = x.shape[0], 4
+        pypto.set_vec_tile_shapes(rows, 64)
+        for i in pypto.loop((bs + rows - 1) // rows, name="LOOP", idx_name="i"):
+            n = (bs - i * rows).min(rows)
+            assert n.is_concrete() and n.concrete() == min(bs - int(i) * rows, rows)
+            out[i * rows:i * rows + n, :] = x[i * rows:i * rows + n, :] * 2.0
+
+    x = torch.randn(10, 64)
+    out = torch.zeros_like(x)
+    tail_rows(x, out)
+    assert torch.equal(out, x * 2)
+    from pypto_lab.pto.symbolic import ConcreteScalar
+    assert (ConcreteScalar(7) - 3).max(5) == 5 and isinstance(10 - ConcreteScalar(3), ConcreteScalar)
+    assert isinstance(ConcreteScalar(2) + pypto.SymbolicScalar("n"), pypto.SymbolicScalar)

@@ -548,9 +548,96 @@ except pypto.NoNPUError as err:
 """)
 
 
+# ---------------------------------------------------------------- dynamic shapes and symbolic scalars
+md("""
+## 7 · Long loops, dynamic shapes and symbolic scalars
+
+The real framework never unrolls `pypto.loop`: the loop index is a **symbolic scalar**, the body
+is traced once, and the loop stays one node of the Tensor Graph. Here a loop of more than 64
+iterations, or one whose bounds are known only when the kernel runs, is kept the same way. Its
+body is traced once per *iteration class* (a Python `if` on the index, or `pypto.is_loop_end`,
+splits the iterations into classes). It is costed from a few simulated *waves* of iterations (a
+wave fills the cores once), and the remaining iterations are extrapolated from the marginal cost
+of a wave. The outputs are still computed iteration by iteration. The cost of tracing and
+compiling no longer grows with the trip count:
+""")
+
+code("""
+@pypto.frontend.jit(runtime_options={"run_mode": pypto.RunMode.SIM})
+def row_add(x: pypto.Tensor([pypto.DYNAMIC, 64], pypto.DT_FP16),
+            y: pypto.Tensor([pypto.DYNAMIC, 64], pypto.DT_FP16),
+            out: pypto.Tensor([pypto.DYNAMIC, 64], pypto.DT_FP16)):
+    pypto.set_vec_tile_shapes(8, 64)
+    for i in pypto.loop(x.shape[0] // 8, name="LOOP_rows", idx_name="i"):
+        out[i * 8:(i + 1) * 8, :] = x[i * 8:(i + 1) * 8, :] + y[i * 8:(i + 1) * 8, :]
+
+xl = torch.randn(80_000, 64, dtype=torch.float16)
+outl = torch.empty_like(xl)
+row_add(xl, xl, outl)
+assert torch.equal(outl, xl + xl)
+compiled = row_add.last_compiled
+print(f"{xl.shape[0] // 8:,} iterations -> {len(compiled.tensor_graph.nodes)} Tensor Graph nodes, "
+      f"traced and compiled in {compiled.compile_seconds * 1e3:.0f} ms")
+print(row_add.last_run)
+""")
+
+md("""
+The summary says how much was simulated and how much was extrapolated. The Chrome trace
+(`last_run.export_chrome_trace(path)`) has a "loops" process with one lane per loop, labelled
+with its iteration count, instead of ten thousand lanes.
+
+**Tensor reads as scalars.** Paged attention keeps a sequence's keys and values in fixed-size
+blocks of a shared pool, and a *block table* says which blocks belong to which sequence. The
+kernel reads `block_table[b, j]` as a scalar. That gives a `SymbolicScalar` that is evaluated
+from the tensor's data when the kernel runs, and it is used as a view offset. It reads the
+sequence's length the same way, as the loop bound. `examples/kernels/paged_attention.py` is such
+a kernel (decode attention with an online softmax over the blocks, bf16):
+""")
+
+code("""
+import sys
+sys.path.insert(0, str(Path("../examples/kernels").resolve()))
+import paged_attention as pa
+
+torch.manual_seed(0)
+r = pa.main()
+kern = pa.paged_attention_kernel
+print(r.name, "max |diff| vs torch:", f"{r.max_abs_diff:.1e}", "| blocks read:", r.extra["blocks_read"])
+print(kern.last_run)
+first_traces = kern.trace_count
+
+# a different block table and different lengths: the same compiled kernel, no retrace
+q = torch.empty((2, pa.NQ, pa.D), dtype=torch.bfloat16).uniform_(-1, 1)
+kc = torch.empty((pa.NUM_BLOCKS, pa.BLOCK, pa.D), dtype=torch.bfloat16).uniform_(-1, 1)
+vc = torch.empty_like(kc).uniform_(-1, 1)
+lens = [64, 192]
+table = pa.make_cache(lens)
+out = torch.zeros_like(q)
+kern(q, kc, vc, table, torch.tensor(lens, dtype=torch.int32), out)
+ref = pa.reference(q, kc, vc, table, lens)
+print(f"new table {table.tolist()}: retraced {kern.trace_count - first_traces} times, "
+      f"max |diff| {(out.float() - ref).abs().max():.1e}")
+print(kern.last_run)
+""")
+
+md("""
+A table entry that points outside the pool is an error at run time. It names the expression,
+its value, the bound and the loop indices at that moment:
+""")
+
+code("""
+bad = table.clone()
+bad[1, 0] = 99                               # there are only 8 blocks
+try:
+    kern(q, kc, vc, bad, torch.tensor(lens, dtype=torch.int32), torch.zeros_like(q))
+except pypto.PtoError as err:
+    print(type(err).__name__, "\\n", err)
+""")
+
+
 # ---------------------------------------------------------------- plugging into a model
 md("""
-## 7 · Plugging a kernel into a model
+## 8 · Plugging a kernel into a model
 
 A pto kernel is the NPU implementation of an operator. `pypto_lab.custom_op(npu_func=kernel)`
 (the seed article's decorator) plugs it into a PyTorch model: the decorated function is the
@@ -706,7 +793,7 @@ md("""
   framework's examples run here.
 * `kernel.dump_stages(directory)` writes the four stages as JSON, to read what the compiler did.
 * `02_tiling_a_matmul` explores the same tile shapes with sliders.
-* Section 7's `custom_op(npu_func=kernel)` works for Cube kernels too (a matmul kernel becomes a
+* Section 8's `custom_op(npu_func=kernel)` works for Cube kernels too (a matmul kernel becomes a
   Cube row of the report); `tests/test_pto_custom_op.py` has one.
 """)
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 from . import config, loops
 from .dtypes import dim_value
 from .errors import LoopError
-from .symbolic import SymbolicScalar, is_symbolic
+from .symbolic import ConcreteScalar, SymbolicScalar, is_symbolic
 
 
-class LoopIndex(int):
-    """An iteration index that remembers its loop (for is_loop_begin / is_loop_end)."""
+class LoopIndex(ConcreteScalar):
+    """An iteration index of an unrolled loop that remembers its loop (for is_loop_begin /
+    is_loop_end); arithmetic on it gives ConcreteScalars (``.min`` / ``.max`` work)."""
 
     def __new__(cls, value, start, stop, step, name):
         obj = int.__new__(cls, value)

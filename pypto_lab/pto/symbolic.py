@@ -236,6 +236,50 @@ class SymbolicScalar:
 symbolic_scalar = SymbolicScalar
 
 
+class ConcreteScalar(int):
+    """A value the real framework holds as a SymbolicScalar but that is known while tracing here: a
+    tensor's dimension (``x.shape[0]``; each concrete size compiles its own kernel) or the index of
+    an unrolled loop. It is an ``int`` with the SymbolicScalar methods kernels call on sizes
+    (``(bs - i * t).min(t)``, ``.max``, ``is_concrete()``, ...); arithmetic with ints stays a
+    ConcreteScalar, with a SymbolicScalar it becomes one."""
+
+    def min(self, other):
+        return _op("min", self, other) if isinstance(other, SymbolicScalar) else ConcreteScalar(min(int(self), int(other)))
+
+    def max(self, other):
+        return _op("max", self, other) if isinstance(other, SymbolicScalar) else ConcreteScalar(max(int(self), int(other)))
+
+    def is_concrete(self) -> bool:
+        return True
+
+    def concrete(self) -> int:
+        return int(self)
+
+    def is_symbol(self) -> bool:
+        return False
+
+    def is_expression(self) -> bool:
+        return False
+
+    def is_immediate(self) -> bool:
+        return True
+
+
+def _keep(name):
+    base = getattr(int, name)
+
+    def method(self, *other):
+        r = base(self, *other)
+        return ConcreteScalar(r) if type(r) is int else r
+    method.__name__ = name
+    return method
+
+
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__floordiv__",
+              "__rfloordiv__", "__mod__", "__rmod__", "__neg__", "__abs__"):
+    setattr(ConcreteScalar, _name, _keep(_name))
+
+
 def evaluate(x, idx: dict, read=None):
     """An int (or numpy array) from an int or a SymbolicScalar."""
     return x.evaluate(idx, read) if isinstance(x, SymbolicScalar) else x
@@ -309,4 +353,4 @@ def _need_value(s: SymbolicScalar, what: str, truth: bool = False):
     return s.hint
 
 
-__all__ = ["SymbolicScalar", "symbolic_scalar", "SymbolicValueError", "evaluate", "is_symbolic", "hint_of"]
+__all__ = ["SymbolicScalar", "ConcreteScalar", "symbolic_scalar", "SymbolicValueError", "evaluate", "is_symbolic", "hint_of"]

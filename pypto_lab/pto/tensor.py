@@ -25,7 +25,7 @@ from .dtypes import (
 )
 from .errors import DTypeError, LoopError, ScalarReadError, ShapeError, TraceError, UnwrittenOutputError
 from .graph import TensorGraph
-from .symbolic import SymbolicScalar, hint_of, is_symbolic
+from .symbolic import ConcreteScalar, SymbolicScalar, hint_of, is_symbolic
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -279,7 +279,7 @@ class Tensor:
         if self._trace is None:
             s = _resolve_shape(self.spec_shape)
             return None if s is None else list(s)
-        return list(self._node().shape)
+        return [ConcreteScalar(d) for d in self._node().shape]
 
     @property
     def dtype(self) -> DataType:

@@ -348,7 +348,13 @@ def run(path: str, args: list[str], golden: bool = True, add_run_mode: bool = Tr
     if golden and rw.enabled:
         print(f"[run_pypto_example] golden comparison turned on in the blocks at lines {rw.enabled}")
 
-    import pypto_lab.pto as pto  # noqa: F401  (fails early and clearly if the package is missing)
+    import pypto_lab.pto as pto  # (fails early and clearly if the package is missing)
+
+    # the modules the example imports from its own folder (a model's *_impl.py) import pypto too: the
+    # same swap for them, by name, so `import pypto` anywhere in the program is pypto_lab.pto
+    sys.modules.setdefault("pypto", pto)
+    for sub in [m for m in list(sys.modules) if m.startswith(TARGET + ".")]:
+        sys.modules.setdefault("pypto" + sub[len(TARGET):], sys.modules[sub])
 
     recorder = Recorder(path)
     stand_in = None

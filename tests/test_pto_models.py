@@ -155,7 +155,13 @@ MODELS = {
     "glm_attention": ("glm_v4_5/glm_attention.py", "test_ifa", ["b=1", "s2=512"]),
     # gate projection (check_args fixes hidden_size at 5120; only the token count shrinks)
     "glm_gate": ("glm_v4_5/glm_gate.py", "test_select_experts_mm", ["bs=32"]),
+    # QAT fake quantisation, symmetric per tensor (its own pytest case has 38,344 rows: 256 here)
+    "qat_per_tensor": ("qat/test_qat.py", "test_symmetric_per_tensor(256, 2048, 8, 0.0001)", []),
 }
+# not yet: GLM attention branches in Python on `pypto.is_loop_end(s2_idx)` of a loop whose trip
+# count is read from kv_act_seqs (tensor data); the lab traces loop bodies per iteration class only
+# when the bounds are known while tracing, so it stops with ScalarReadError
+NOT_YET = {"glm_attention": "ScalarReadError"}
 
 
 def _checkout() -> Path:
@@ -169,7 +175,9 @@ def _checkout() -> Path:
     return path
 
 
-@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
+    reason=f"stops with {NOT_YET[n]}: a Python branch on a loop end read from tensor data", strict=True))
+    if n in NOT_YET else n for n in MODELS])
 def test_model_kernel_matches_its_torch_golden(name):
     rel, call, sets = MODELS[name]
     args = ["--npu-on-cpu", "--call", call]

@@ -294,3 +294,22 @@ def test_sizes_and_unrolled_indices_take_the_symbolic_scalar_methods_models_call
     from pypto_lab.pto.symbolic import ConcreteScalar
     assert (ConcreteScalar(7) - 3).max(5) == 5 and isinstance(10 - ConcreteScalar(3), ConcreteScalar)
     assert isinstance(ConcreteScalar(2) + pypto.SymbolicScalar("n"), pypto.SymbolicScalar)
+
+
+def test_a_valid_shape_read_from_a_tensor_applies_when_the_kernel_runs():
+    # GLM attention's tail block: view(..., valid_shape=[g, (seq_len - i * t).min(t)]); the ops after
+    # the view see only the valid part, and the tiles (and so the cost) are those of the full view
+    @pypto.jit(runtime_options=SIM)
+    def masked_rowsum(x: pypto.Tensor, n: pypto.Tensor, out: pypto.Tensor):
+        pypto.set_vec_tile_shapes(8, 64)
+        part = pypto.view(x, [8, 64], [0, 0], valid_shape=[8, n[0].min(64)])
+        out[:] = pypto.sum(part * 2.0, dim=-1, keepdim=True)
+
+    x = torch.randn(8, 64)
+    cycles = set()
+    for k in (64, 10, 33):
+        out = torch.zeros(8, 1)
+        masked_rowsum(x, torch.tensor([k], dtype=torch.int32), out)
+        assert torch.allclose(out, (x[:, :k] * 2).sum(-1, keepdim=True), atol=1e-5), k
+        cycles.add(masked_rowsum.last_run.cycles)
+    assert masked_rowsum.trace_count == 1 and len(cycles) == 1   # one compile; cost of the full tile

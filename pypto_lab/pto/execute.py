@@ -178,7 +178,10 @@ def _run_node(run: _Run, n) -> None:
         env[n.id] = torch.zeros(n.shape, dtype=dt.torch)
     elif op == "view":
         offs = run.offsets(n, n.shape, ins[0].shape, "view")
-        env[n.id] = _window(ins[0], offs, n.shape)
+        shape = n.shape
+        if "valid_shape" in n.attrs:   # a valid part known only now: the ops after it see that part
+            shape = tuple(s if v is None else max(0, min(int(run.ev(v)), s)) for v, s in zip(n.attrs["valid_shape"], n.shape))
+        env[n.id] = _window(ins[0], offs, shape)
     elif op == "reshape":
         env[n.id] = ins[0].reshape(n.shape)
     elif op == "transpose":

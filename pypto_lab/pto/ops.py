@@ -341,9 +341,12 @@ def view(input, shape=None, offsets=None, *, valid_shape=None, dtype=None):
             at = f"{o} (= {h} in the iteration traced)" if is_symbolic(o) else f"{o}"
             raise ShapeError(f"view: dimension {d} takes {s} elements from offset {at} of a dimension of size {n}; "
                              f"the rule is 0 <= offset and offset + size <= {n}")
-    if all(not is_symbolic(o) and o == 0 for o in offsets) and shape == x.shape:
-        return x
     attrs = {"offsets": tuple(offsets)}
+    run_valid = valid_of(valid_shape)
+    if run_valid is not None:
+        attrs["valid_shape"] = run_valid
+    elif all(not is_symbolic(o) and o == 0 for o in offsets) and shape == x.shape:
+        return x
     reg = tr.gm_region(x._id)
     if reg is not None:
         attrs["root"] = reg[0]
@@ -675,11 +678,25 @@ def _scalar_value(v, what: str):
 
 
 def _valid(shape, valid_shape, op):
-    vs = [int(_as_int(v)) for v in valid_shape]
-    if len(vs) != len(shape) or any(v <= 0 or v > s for v, s in zip(vs, shape)):
+    """The shape a tensor with ``valid_shape`` has in the Tensor Graph: its valid part where that is
+    known while tracing; where it depends on tensor data (``(seq_len[b] - i * t).min(t)``) the full
+    size, an upper bound the tiles and the cost use, the valid size being applied when the kernel
+    runs (see `valid_of`)."""
+    if len(valid_shape) != len(shape):
+        raise ShapeError(f"{op}: valid_shape {list(valid_shape)} for shape {list(shape)}. Rule: one valid size per "
+                         "axis. Fix: pypto.min(tile, size - offset) per axis")
+    vs = [s if is_symbolic(v) else int(_as_int(v)) for v, s in zip(valid_shape, shape)]
+    if any(v <= 0 or v > s for v, s in zip(vs, shape)):
         raise ShapeError(f"{op}: valid_shape {vs} for shape {list(shape)}. Rule: same rank, 0 < valid <= size on "
                          "every axis. Fix: pypto.min(tile, size - offset) per axis")
     return vs
+
+
+def valid_of(valid_shape):
+    """The run-time valid sizes to record on a node (None when all are known while tracing)."""
+    if valid_shape is None or not any(is_symbolic(v) for v in valid_shape):
+        return None
+    return tuple(v if is_symbolic(v) else None for v in valid_shape)
 
 
 def full(size, fill_value, dtype=None, *, valid_shape=None):

@@ -9,13 +9,45 @@ its body is traced once per class of iterations with a symbolic index (`loops`).
 
 from __future__ import annotations
 
+import builtins
+
 from . import config, loops
 from .dtypes import dim_value
 from .errors import LoopError
 from .symbolic import SymbolicScalar, is_symbolic
 
 
-class LoopIndex(int):
+class IndexInt(int):
+    """An int computed from an unrolled loop's index. In the real framework the index is a
+    SymbolicScalar, so kernels write ``(n - idx * b).min(b)``; arithmetic on the index keeps this
+    type so that ``.min`` / ``.max`` work on the results as they do there."""
+
+    def min(self, other):
+        return IndexInt(builtins.min(int(self), int(other)))
+
+    def max(self, other):
+        return IndexInt(builtins.max(int(self), int(other)))
+
+
+def _index_op(name):
+    base = getattr(int, name)
+
+    def op(self, other):
+        r = base(int(self), other)
+        return IndexInt(r) if type(r) is int else r
+    op.__name__ = name
+    return op
+
+
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__floordiv__",
+              "__rfloordiv__", "__mod__", "__rmod__", "__neg__"):
+    if _name == "__neg__":
+        setattr(IndexInt, _name, lambda self: IndexInt(-int(self)))
+    else:
+        setattr(IndexInt, _name, _index_op(_name))
+
+
+class LoopIndex(IndexInt):
     """An iteration index that remembers its loop (for is_loop_begin / is_loop_end)."""
 
     def __new__(cls, value, start, stop, step, name):

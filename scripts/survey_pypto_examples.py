@@ -23,6 +23,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -99,13 +100,18 @@ def run_one(checkout: Path, rel: str, timeout: float, python: str) -> dict:
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     env.setdefault("MPLBACKEND", "Agg")
     t0 = time.perf_counter()
-    try:
-        proc = subprocess.run([python, str(RUNNER), str(path)], cwd=path.parent, env=env, capture_output=True,
-                              text=True, timeout=timeout)
-        text, code = proc.stdout + proc.stderr, proc.returncode
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout or ""
-        text, code = (out.decode(errors="replace") if isinstance(out, bytes) else out), None
+    # each example runs in a scratch working directory: a SIM run writes ./output/ there as the real
+    # framework does (pto.sim_output), and the checkout is left as it is (the runner puts the
+    # example's own folder on sys.path for its imports)
+    with tempfile.TemporaryDirectory(prefix="pypto_example_") as cwd:
+        env.pop("TILE_FWK_OUTPUT_DIR", None)
+        try:
+            proc = subprocess.run([python, str(RUNNER), str(path)], cwd=cwd, env=env, capture_output=True,
+                                  text=True, timeout=timeout)
+            text, code = proc.stdout + proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout or ""
+            text, code = (out.decode(errors="replace") if isinstance(out, bytes) else out), None
     row = {"file": rel, **parse_output(text, code), "seconds": round(time.perf_counter() - t0, 1)}
     return row
 

@@ -50,7 +50,7 @@ def test_vector_tiles_overflow_ub():
     with pytest.raises(pypto.TileCapacityError) as e:
         _run(k, *_xy((512, 1024), torch.float16))
     msg = str(e.value)
-    assert "786432 bytes of UB" in msg and "196608" in msg and "set_vec_tile_shapes(64, 512)" in msg
+    assert "524288 bytes of UB" in msg and "196608" in msg and "set_vec_tile_shapes(64, 512)" in msg
     # the suggested tile works
     def ok(x: pypto.Tensor[...], y: pypto.Tensor[...], out: pypto.Tensor[...]):
         pypto.set_vec_tile_shapes(64, 512)

@@ -240,3 +240,21 @@ def test_experimental_namespace():
     with pytest.raises(pypto.NotModelledError, match="online_softmax: pypto_lab does not model"):
         pypto.experimental.online_softmax(None, 1.0)
     assert isinstance(pypto.NotModelledError("x"), NotImplementedError)
+
+
+def test_an_unrolled_loop_index_takes_min_like_the_real_symbolic_index():
+    # ffn_module.py's dynamic FFN: valid_shape=[(batch - idx * b).min(b), h], with batch an int
+    @pypto.jit(runtime_options={"run_mode": pypto.RunMode.SIM})
+    def k(x: pypto.Tensor[...], out: pypto.Tensor[...]):
+        pypto.set_vec_tile_shapes(16, 64)
+        n, b = x.shape[0], 16
+        for idx in pypto.loop(0, (n + b - 1) // b, 1, name="L", idx_name="idx"):
+            off = idx * b
+            rows = (n - off).min(b)
+            assert rows == min(n - int(off), b) and (n - off).max(0) == n - int(off)
+            v = pypto.view(x, [b, 64], [off, 0], valid_shape=[rows, 64])
+            pypto.assemble(pypto.mul(v, 2.0), [off, 0], out)
+    x = torch.randn(32, 64)
+    out = torch.empty_like(x)
+    k(x, out)
+    torch.testing.assert_close(out, 2 * x)

@@ -20,7 +20,7 @@ import torch
 from ..fileio import write_json_atomic
 from ..hw.chip import PIPES, Chip, get_chip
 from ..hw.simulator import simulate
-from . import config, loops, ops
+from . import config, loops, ops, sim_output
 from .blocks import BlockGraph, build_block_graph, cube_core_ids, n_core_ids, vector_core_ids
 from .dtypes import RunMode, SymbolicDim, bind_dims, from_torch
 from .errors import NoNPUError, ShapeError, TraceError, UnwrittenOutputWarning
@@ -358,6 +358,8 @@ class JitKernel:
         counts: dict = {}
         env = run_graph(compiled.tensor_graph, [v for _, v, _ in tensors], counts)
         self.last_run = compiled.run_result(counts)
+        # as the real SIM launcher does after every launch: the cost model's swimlane under ./output/
+        self.last_run.swimlane_path = sim_output.write_swimlane(self.last_run)
         rets = [env[r] for r in compiled.tensor_graph.returns]
         if not rets:
             return None

@@ -37,6 +37,7 @@ class RunResult:
     loops: list[dict] = field(default_factory=list)      # per symbolic loop: iterations per variant
     simulated_cycles: float = 0.0                         # cycles of the simulated timeline (loops: base copies)
     loop_spans: list[dict] = field(default_factory=list)  # per (loop, variant): its copies' span in the timeline
+    swimlane_path: str | None = None                      # the merged_swimlane.json a SIM run writes (`sim_output`)
 
     @property
     def instructions(self) -> Timeline:

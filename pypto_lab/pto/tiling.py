@@ -109,6 +109,7 @@ class Group:
     n_tasks: int = 0
     ub_bytes: int = 0
     slots: int = 1
+    ub_plan: object = None                       # UBPlan of one task (which results took an input's buffer)
     # cube
     batch: int = 1
     m: int = 0
@@ -148,6 +149,8 @@ class Group:
                                   "offsets": [x if isinstance(x, int) else str(x) for x in o] if o else None}
                                  for t, r, o in self.stores],
                       "ub_bytes_per_task": self.ub_bytes, "ub_slots": self.slots})
+            if self.ub_plan is not None and self.ub_plan.inplace:
+                d["ub_inplace"] = {str(o): i for o, i in self.ub_plan.inplace.items()}
         return d
 
 
@@ -331,8 +334,42 @@ def build_tile_graph(graph: TensorGraph, chip: Chip, double_buffer: bool = True)
     return TileGraph(groups, graph)
 
 
-def _task_bytes(g: Group, graph: TensorGraph, tile) -> tuple[int, int]:
-    """UB bytes one task needs (peak over the group's program) and the number of live tensors then."""
+# Ops whose output never takes an input's UB buffer. The real compiler's SrcDstBufferMerge pass
+# (framework/src/passes/block_graph_pass/memory_reuse/merge_src_dst_buffer.cpp) skips ops marked
+# ``excludeBufferReuse`` in its opcode table (divs, reciprocal, pow, erf, round, the trigonometric
+# and bitwise ops, row reductions, transposes, conversions, ...); these are the lab's names for them
+# ("math" holds the extended ops, most of which are on that list).
+NO_INPLACE = frozenset({"cast", "divs", "rdivs", "reciprocal", "pow", "pows", "erf", "erfc", "round", "math",
+                        "expand", "full", "arange", "transpose", "amax", "amin", "sum"})
+
+
+@dataclass
+class UBPlan:
+    """One task's UB plan: the peak bytes, the buffers live at the peak (tensor ids that share a
+    buffer, its bytes) and which outputs were written in place of an input."""
+    peak: int
+    live: list            # [(tensor ids sharing the buffer, bytes)] at the peak
+    inplace: dict         # output tensor id -> input tensor id whose buffer it takes
+
+    @property
+    def count(self) -> int:
+        return len(self.live)
+
+
+def _ub_plan(g: Group, graph: TensorGraph, tile, reuse: bool = True) -> UBPlan:
+    """UB that one task of a vector group needs, as the real compiler plans it.
+
+    Every tensor the group holds in UB (its loads and its ops' results) has a buffer that is live
+    from the first op that reads it (a load) or the op that produces it, to its last use (or to the
+    end of the task when it is stored): the real OoO scheduler allocates a buffer as it issues the
+    op that needs it and frees it when its last consumer retires.
+    A buffer whose last use has passed is free for a later result. With ``reuse`` the result of
+    an element-wise op takes the buffer of one of its inputs, as the real SrcDstBufferMerge pass
+    does, when that input has no other consumer, is not stored, and has the same size and element
+    width (so ``cast`` to another width and reductions never do), unless the op is in `NO_INPLACE`.
+    ``reuse=False`` is the plan without the real compiler's memory passes (every load taken at the
+    start of the task, no result in place of an input), kept to show what they save.
+    """
     task_ext = [g.space[d] if d in g.reduced else tile[d] for d in range(len(g.space))]
     nodes = graph.nodes
 
@@ -344,21 +381,68 @@ def _task_bytes(g: Group, graph: TensorGraph, tile) -> tuple[int, int]:
     order = g.nodes
     pos = {tid: i + 1 for i, tid in enumerate(order)}
     last_use = {}
+    consumers: dict[int, set] = {}
     for i, tid in enumerate(order):
         for j in nodes[tid].inputs:
             last_use[j] = i + 1
+            consumers.setdefault(j, set()).add(tid)
     end = len(order) + 1
-    for tid, _, _ in g.stores:
+    stored = {tid for tid, _, _ in g.stores}
+    for tid in stored:
         last_use[tid] = end
-    live_from = {t: 0 for t in g.loads}
+    first_use = {}
+    for i, tid in enumerate(order):
+        for j in nodes[tid].inputs:
+            first_use.setdefault(j, i + 1)
+    # a load's buffer is taken when the first op that reads it issues (the real OoO scheduler allocates
+    # UB on demand as it issues each copy-in), not at the start of the task
+    live_from = {t: first_use.get(t, 0) if reuse else 0 for t in g.loads}
     live_from.update({t: pos[t] for t in order if nodes[t].op != "assemble"})
-    peak = count = 0
+    buf = {t: t for t in live_from}           # tensor -> buffer (the id of the tensor that owns it)
+    merged: dict[int, int] = {}
+    if reuse:
+        for tid in order:
+            n = nodes[tid]
+            if n.op in NO_INPLACE or tid not in buf:
+                continue
+            for i in n.inputs:
+                if (i in buf and i not in stored and consumers.get(i) == {tid} and nbytes(i) == nbytes(tid)
+                        and nodes[i].dtype.bytes == n.dtype.bytes):
+                    buf[tid] = buf[i]
+                    merged[tid] = i
+                    break
+    span: dict[int, list] = {}
+    size: dict[int, int] = {}
+    members: dict[int, list] = {}
+    for t, b in buf.items():
+        s, e = live_from[t], last_use.get(t, live_from[t])
+        lo_hi = span.setdefault(b, [s, e])
+        lo_hi[0], lo_hi[1] = min(lo_hi[0], s), max(lo_hi[1], e)
+        size[b] = max(size.get(b, 0), nbytes(t))
+        members.setdefault(b, []).append(t)
+    peak, at_peak = 0, []
     for p in range(end + 1):
-        live = [t for t, s in live_from.items() if s <= p <= last_use.get(t, s)]
-        total = sum(nbytes(t) for t in live)
+        live = [b for b, (s, e) in span.items() if s <= p <= e]
+        total = sum(size[b] for b in live)
         if total > peak:
-            peak, count = total, len(live)
-    return peak, count
+            peak, at_peak = total, [(members[b], size[b]) for b in live]
+    return UBPlan(peak, at_peak, merged)
+
+
+def _task_bytes(g: Group, graph: TensorGraph, tile) -> tuple[int, int]:
+    """UB bytes one task needs (peak over the group's program) and the number of live buffers then."""
+    plan = _ub_plan(g, graph, tile)
+    return plan.peak, plan.count
+
+
+def _describe(plan: UBPlan, graph: TensorGraph) -> str:
+    """The buffers live at the peak: "t3 exp fp32 65536 B, t5/t6 adds fp32 65536 B, ..."."""
+    out = []
+    for tids, nb in plan.live:
+        n = graph.nodes[tids[-1]]
+        names = "/".join(f"t{t}" for t in tids)
+        out.append(f"{names} {'+'.join(dict.fromkeys(graph.nodes[t].op for t in tids))} {n.dtype.lab} {nb} B")
+    return ", ".join(out)
 
 
 def _finish_vector_group(g: Group, graph: TensorGraph, chip: Chip, double_buffer: bool) -> None:
@@ -368,7 +452,8 @@ def _finish_vector_group(g: Group, graph: TensorGraph, chip: Chip, double_buffer
     g.k = math.prod(c for d, c in enumerate(g.counts) if d in g.reduced)
     g.n_tasks = math.prod(c for d, c in enumerate(g.counts) if d not in g.reduced)
     cap = chip.buffer("UB").size_bytes
-    need, live = _task_bytes(g, graph, g.tile)
+    plan = _ub_plan(g, graph, g.tile)
+    need = plan.peak
     if need > cap:
         fit = _fit_tile(g, graph, cap)
         what = g.label(graph)
@@ -376,9 +461,12 @@ def _finish_vector_group(g: Group, graph: TensorGraph, chip: Chip, double_buffer
         fix = f"pypto.set_vec_tile_shapes{fit}" if fit else "split the reduced axis into a loop (two-pass reduction)"
         raise TileCapacityError(
             f"vector ops [{what}] with vec tile {tuple(g.raw_tile)} on shape {list(space)}: one task needs {need} bytes "
-            f"of UB ({live} live tensors{red}), UB holds {cap} bytes on {chip.name}. Rule: the tiles that are live at "
-            f"once must fit UB. Fix: a tile that fits: {fix}")
+            f"of UB ({plan.count} live buffers{red}: {_describe(plan, graph)}), UB holds {cap} bytes on {chip.name}. "
+            f"Rule: the tiles that are live at once must fit UB (a result already takes the buffer of an input it "
+            f"alone consumes, and a buffer is freed after its last use). Fix: a tile that fits: {fix}")
     g.ub_bytes = need
+    g.ub_plan = plan
+    # ping-pong needs two copies of the task's buffers; a group that fits only once runs single-buffered
     g.slots = 2 if (double_buffer and 2 * need <= cap) else 1
 
 

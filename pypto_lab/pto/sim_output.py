@@ -1,0 +1,61 @@
+"""The output folder of a SIM-mode run, where the real framework puts it.
+
+In SIM mode the real framework's launcher (``framework/src/cost_model/simulation/
+cost_model_launcher.h``: ``RunModel`` -> ``RunDynCostModel``) runs its cost model after every
+kernel launch, and the cost model writes the swimlane of the run, a Chrome trace
+(``{"traceEvents": [...]}``, chrome://tracing or Perfetto), to
+``<top folder>/CostModelSimulationOutput/merged_swimlane.json``. No option turns this on: it is
+what a SIM run does.
+
+The top folder is made once per process (``config_manager.cpp``: ``CreateLogTopFolder``), as
+``<base>/output_<YYYYmmdd_HHMMSS>_<microseconds>_<pid>_<host>``, where ``<base>`` is
+``$TILE_FWK_OUTPUT_DIR`` if set, else ``$ASCEND_WORK_PATH/pypto``, else ``output`` under the
+current working directory. Later runs in the same process write into the same folder, so the
+file holds the last run. pypto_lab does the same with ``kernel.last_run.chrome_trace()`` (written
+atomically); ``kernel.last_run.swimlane_path`` says where.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+from ..fileio import write_text_atomic
+
+SWIMLANE = ("CostModelSimulationOutput", "merged_swimlane.json")
+
+_top: dict[str, Path] = {}   # resolved base folder -> this process's top folder under it
+
+
+def output_base() -> Path:
+    """``$TILE_FWK_OUTPUT_DIR``, else ``$ASCEND_WORK_PATH/pypto``, else ``./output``."""
+    env = os.environ.get("TILE_FWK_OUTPUT_DIR")
+    if env:
+        return Path(env)
+    work = os.environ.get("ASCEND_WORK_PATH")
+    if work:
+        return Path(work) / "pypto"
+    return Path("output")
+
+
+def top_folder() -> Path:
+    """This process's output folder under `output_base` (made on first use)."""
+    base = output_base().resolve()
+    key = f"{base}:{os.getpid()}"
+    folder = _top.get(key)
+    if folder is None or not folder.is_dir():
+        now = time.time()
+        stamp = time.strftime("%Y%m%d_%H%M%S", time.localtime(now)) + f"_{int(now * 1e6) % 1000000:06d}"
+        folder = base / f"output_{stamp}_{os.getpid()}_{socket.gethostname() or 'unknown-host'}"
+        folder.mkdir(parents=True, exist_ok=True)
+        _top[key] = folder
+    return folder
+
+
+def write_swimlane(run) -> str:
+    """Write ``run``'s Chrome trace as the cost model's merged_swimlane.json; returns its path."""
+    path = top_folder().joinpath(*SWIMLANE)
+    return str(write_text_atomic(path, json.dumps(run.chrome_trace())))

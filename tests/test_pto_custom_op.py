@@ -123,13 +123,13 @@ def test_a_kernel_that_raises_names_the_op(model_input):
     @pypto.frontend.jit
     def broken(x: pypto.Tensor((T, H), pypto.DT_FP16), g: pypto.Tensor((H,), pypto.DT_FP16),
                out: pypto.Tensor((T, H), pypto.DT_FP16)):
-        pypto.set_vec_tile_shapes(8, 100)  # 200 bytes: not 32-byte aligned
+        pypto.set_vec_tile_shapes(8)  # one size for a 2-D tensor: TileRankError, as in the real framework
         out[:] = x * g
     model = RmsModel(register(broken)).eval()
     with pytest.raises(CustomOpError, match=r"custom op 'pt_rms': its npu_func broken failed on Ascend910B1 with "
-                       r"arguments \[64, 512\] float16, \[512\] float16: TileAlignmentError") as info:
+                       r"arguments \[64, 512\] float16, \[512\] float16: TileRankError") as info:
         pypto_lab.optimize(model, model_input, chip="Ascend910B1", level=1)
-    assert isinstance(info.value.__cause__, pypto.TileAlignmentError)
+    assert isinstance(info.value.__cause__, pypto.TileRankError)
 
 
 def test_kernel_dtype_other_than_the_reports_is_a_specific_error(model_input):

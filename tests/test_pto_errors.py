@@ -23,7 +23,9 @@ def test_npu_mode_says_no_npu():
         _run(k, *_xy(), runtime_options={"run_mode": pypto.RunMode.NPU})
 
 
-def test_tile_rank_mismatch():
+def test_tile_shorter_than_the_tensor_rank_is_refused():
+    # the real rule: TileShapeVerifier::VerifyTileShapeSize (framework/src/interface/operation/
+    # tile_shape_verifier.h) refuses a vector tile with fewer sizes than the output has dimensions
     def k(x: pypto.Tensor[...], y: pypto.Tensor[...], out: pypto.Tensor[...]):
         pypto.set_vec_tile_shapes(64)
         out[:] = x + y
@@ -31,16 +33,67 @@ def test_tile_rank_mismatch():
         _run(k, *_xy())
     msg = str(e.value)
     assert "(64,)" in msg and "rank 1" in msg and "rank 2" in msg and "Rule" in msg and "set_vec_tile_shapes(" in msg
+    assert "at least one size per tensor dimension" in msg
 
 
-def test_innermost_tile_not_32_byte_aligned():
+def test_tile_longer_than_the_tensor_rank_tiles_axis_i_by_size_i():
+    # the real rule: ElementwiseInputVecTile (framework/src/interface/operation/tile_shape_resolver.cpp)
+    # and the Tiled*Operation functions tile tensor axis i by vecTile[i]; sizes past the rank are ignored
+    def k(x: pypto.Tensor[...], out: pypto.Tensor[...]):
+        pypto.set_vec_tile_shapes(16, 8)
+        out[:] = x + x
+    x, out = torch.randn(40), torch.empty(40)
+    kernel = pypto.jit(k)
+    kernel(x, out)
+    assert torch.equal(out, x + x)
+    (g,) = [g for g in kernel.last_compiled.tile_graph.groups if g.kind == "vector"]
+    assert g.tile == (16,) and g.n_tasks == 3  # 40 elements in tiles of 16, 16, 8
+
+
+def test_innermost_tile_not_32_byte_aligned_is_padded_in_ub():
+    # the real rule: the PadLocalBuffer pass (framework/src/passes/tile_graph_pass/graph_constraint/
+    # pad_local_buffer.cpp) pads the last axis of a UB tile to 32 bytes instead of refusing it
     def k(x: pypto.Tensor[...], y: pypto.Tensor[...], out: pypto.Tensor[...]):
         pypto.set_vec_tile_shapes(16, 12)
         out[:] = x + y
-    with pytest.raises(pypto.TileAlignmentError) as e:
-        _run(k, *_xy(dtype=torch.float16))
-    msg = str(e.value)
-    assert "12 x 2 bytes" in msg and "24 bytes" in msg and "32 bytes" in msg and "use 16" in msg
+    x, y, out = _xy(dtype=torch.float16)
+    kernel = pypto.jit(k)
+    kernel(x, y, out)
+    assert torch.equal(out, x + y)
+    (g,) = [g for g in kernel.last_compiled.tile_graph.groups if g.kind == "vector"]
+    assert g.tile == (16, 12) and g.n_tasks == 4 * 6  # 64 columns in tiles of 12 (the last one 4)
+    # x and y are live at once and out takes x's buffer (SrcDstBufferMerge); each row of 12 fp16
+    # (24 bytes) occupies a 32-byte block
+    assert g.ub_bytes == 2 * 16 * 32
+    # the transfers move the real bytes: x and y read, out written, once each
+    assert kernel.last_run.gm_bytes == 3 * 64 * 64 * 2
+
+
+def test_a_reduced_row_occupies_a_whole_32_byte_block_of_ub():
+    # the same PadLocalBuffer rule: amax(keepdim=True) leaves one fp32 per row (4 bytes), padded to 32
+    def k(x: pypto.Tensor[...], out: pypto.Tensor[...]):
+        pypto.set_vec_tile_shapes(16, 64)
+        out[:] = pypto.amax(x, dim=-1, keepdim=True)
+    x, out = torch.randn(64, 64), torch.empty(64, 1)
+    kernel = pypto.jit(k)
+    kernel(x, out)
+    assert torch.equal(out, x.amax(-1, keepdim=True))
+    (g,) = kernel.last_compiled.tile_graph.groups
+    assert g.ub_bytes == 16 * 64 * 4 + 16 * 32  # the input tile, then 16 padded one-element rows
+
+
+def test_cast_to_fp16_with_an_8_element_tile_runs():
+    # the case of examples/01_beginner/transform/transform_ops.py (cast_kernel): 8 fp16 = 16 bytes, padded to 32
+    def k(x: pypto.Tensor([], pypto.DT_FP32), out: pypto.Tensor([], pypto.DT_FP16)):
+        pypto.set_vec_tile_shapes(8)
+        out[:] = pypto.cast(x, pypto.DT_FP16)
+    x, out = torch.randn(20), torch.empty(20, dtype=torch.float16)
+    kernel = pypto.jit(k)
+    kernel(x, out)
+    assert torch.equal(out, x.half())
+    (g,) = kernel.last_compiled.tile_graph.groups
+    assert g.n_tasks == 3 and g.ub_bytes == 8 * 4 + 32  # 32 bytes of fp32 in, 16 bytes of fp16 out padded to 32
+    assert kernel.last_run.gm_bytes == 20 * 4 + 20 * 2
 
 
 def test_vector_tiles_overflow_ub():
@@ -145,3 +198,19 @@ def test_argument_against_annotation_and_errors_are_value_errors():
         k(torch.randn(64, 64), torch.empty(64, 64))
     with pytest.raises(pypto.OptionError, match="double_buffer"):
         pypto.options(pass_options={"no_such_option": 1})
+
+
+def test_a_longer_tile_sizes_special_ops_by_its_leading_sizes():
+    # tile_shape_resolver.cpp (default rule): a special op such as gathermask takes tile size i for axis i too,
+    # so a third size on a 2-D tensor changes nothing (the lab used to refuse it with TileRankError)
+    tasks = []
+    for tile in [(8, 64), (8, 64, 4)]:
+        def k(x: pypto.Tensor[...], out: pypto.Tensor[...], tile=tile):
+            pypto.set_vec_tile_shapes(*tile)
+            out[:] = pypto.gathermask(x, 1)
+        x, out = torch.randn(32, 64), torch.empty(32, 32)
+        kernel = pypto.jit(k)
+        kernel(x, out)
+        assert torch.equal(out, x[:, 0::2])
+        tasks.append([g.n_tasks for g in kernel.last_compiled.tile_graph.groups])
+    assert tasks[0] == tasks[1] == [4]

@@ -474,21 +474,40 @@ md("""
 Mistakes raise one of the errors of `pypto_lab.pto.errors` (all `PtoError`, a `ValueError`). Each
 message names the value, the rule it breaks and a fix.
 
-**A tile row that is not a whole number of 32-byte blocks.** UB is addressed in 32-byte blocks,
-and the Vector unit reads a block per lane group, so the innermost tile size × element size must
-be a multiple of 32 bytes:
+**A tile with fewer sizes than the tensor has dimensions.** Tile size *i* tiles tensor axis *i*;
+a longer tile shape is fine (the sizes past the tensor's rank are ignored, as in the real
+framework), a shorter one leaves an axis without a size:
+""")
+
+code("""
+@pypto.jit
+def short_tile(x: pypto.Tensor[...], out: pypto.Tensor[...]):
+    pypto.set_vec_tile_shapes(512)          # one size for a 2-D tensor
+    out[:] = x + x
+
+try:
+    short_tile(x, torch.empty_like(x))
+except pypto.TileRankError as err:
+    print(type(err).__name__, "\\n", err)
+""")
+
+md("""
+**A tile row that is not a whole number of 32-byte blocks is padded, not refused.** UB is
+addressed in 32-byte blocks, so the compiler pads the last axis of every UB tile up to whole blocks
+(the real framework's PadLocalBuffer pass). A row of 100 fp16 (200 bytes) then occupies 224 bytes
+of UB, while the transfers still move the real 200 bytes:
 """)
 
 code("""
 @pypto.jit
 def misaligned(x: pypto.Tensor[...], out: pypto.Tensor[...]):
-    pypto.set_vec_tile_shapes(64, 100)      # 100 fp16 = 200 bytes
+    pypto.set_vec_tile_shapes(64, 100)      # 100 fp16 = 200 bytes, padded to 224 in UB
     out[:] = x + x
 
-try:
-    misaligned(x, torch.empty_like(x))
-except pypto.TileAlignmentError as err:
-    print(type(err).__name__, "\\n", err)
+misaligned(x, torch.empty_like(x))
+g = misaligned.last_compiled.tile_graph.groups[0]
+print("tile", g.tile, "->", g.ub_bytes, "bytes of UB per task =", g.ub_bytes // (64 * 224),
+      "live tensors x 64 rows x 224 bytes")
 """)
 
 md("""

@@ -19,12 +19,14 @@ class NoNPUError(PtoError):
 
 
 class TileRankError(PtoError, TilingError):
-    """The tile shape in force has another rank than the tensor an operation tiles."""
+    """The vector tile shape in force has fewer sizes than the tensor an operation tiles has
+    dimensions (or the operation is on a rank-0 element). A longer tile shape is legal: size i tiles
+    axis i and the rest are ignored, as in the real framework."""
 
 
 class TileAlignmentError(PtoError, TilingError):
-    """The innermost tile dimension is not a whole number of 32-byte blocks (or a cube tile is
-    not a multiple of the fractal)."""
+    """A cube tile size is not a multiple of the fractal side. (A vector tile whose innermost
+    dimension is not a whole number of 32-byte blocks is legal: it is padded in UB.)"""
 
 
 class TileCapacityError(PtoError, TilingError):

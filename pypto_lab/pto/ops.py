@@ -20,7 +20,6 @@ from .errors import (
     NoTileShapeError,
     ScalarReadError,
     ShapeError,
-    TileAlignmentError,
     TileRankError,
     TraceError,
 )
@@ -33,7 +32,17 @@ _SCALAR = (int, float)
 
 
 def _vec_check(op: str, ref_shape, dtypes) -> None:
-    """The rules of the vector tile shape in force for an op iterating ``ref_shape``."""
+    """The rules of the vector tile shape in force for an op iterating ``ref_shape``.
+
+    As in the real framework, tile size *i* applies to tensor axis *i* (clamped to the axis) and
+    sizes beyond the tensor's rank are ignored (``ElementwiseInputVecTile`` in
+    framework/src/interface/operation/tile_shape_resolver.cpp; the Tiled*Operation functions index
+    ``vecTile[cur]`` for each tensor axis ``cur``). A tile with fewer sizes than the tensor has
+    dimensions is refused, as ``TileShapeVerifier::VerifyTileShapeSize``
+    (framework/src/interface/operation/tile_shape_verifier.h) refuses it. An innermost tile that
+    is not a whole number of 32-byte blocks is legal: the real PadLocalBuffer pass
+    (framework/src/passes/tile_graph_pass/graph_constraint/pad_local_buffer.cpp) pads the tile's
+    last dimension in UB to 32 bytes, and `tiling` charges UB for the padded rows."""
     tile = config.STATE.vec_tile
     dt = dtypes[0]
     if not len(ref_shape):
@@ -46,20 +55,13 @@ def _vec_check(op: str, ref_shape, dtypes) -> None:
             f"{op} on a tensor of shape {list(ref_shape)} is traced before any vector tile shape is set. Rule: every "
             "vector operation is split into tiles of the shape set by pypto.set_vec_tile_shapes. Fix: call "
             f"pypto.set_vec_tile_shapes{suggest_vec_tile(ref_shape, dt)} before it")
-    if len(tile) != len(ref_shape):
+    if len(tile) < len(ref_shape):
         raise TileRankError(
             f"{op}: the vector tile shape {tile} has rank {len(tile)} but the tensor it tiles has shape "
-            f"{list(ref_shape)} (rank {len(ref_shape)}). Rule: the tile shape gives one size per tensor dimension. "
+            f"{list(ref_shape)} (rank {len(ref_shape)}). Rule: the tile shape needs at least one size per tensor "
+            "dimension: size i tiles tensor axis i, and sizes beyond the tensor's rank are ignored (the real "
+            "framework's TileShapeVerifier refuses a tile shape shorter than the output's shape). "
             f"Fix: pypto.set_vec_tile_shapes{suggest_vec_tile(ref_shape, dt)} before this operation")
-    for d in dtypes:
-        nbytes = tile[-1] * d.bytes
-        if nbytes % 32:
-            align = builtins.max(1, 32 // d.bytes)
-            fix = -(-tile[-1] // align) * align
-            raise TileAlignmentError(
-                f"{op}: the innermost vector tile size {tile[-1]} x {d.bytes} bytes ({d!r}) = {nbytes} bytes is not a "
-                f"multiple of 32 bytes. Rule: the innermost tile dimension must be 32-byte aligned (UB blocks are "
-                f"32 bytes). Fix: use {fix} (a multiple of {align}) as the last size of set_vec_tile_shapes")
 
 
 def _tensor(x, op: str) -> Tensor:

@@ -25,7 +25,7 @@ from .tensor import check_dtype_same, current_trace
 
 def _elems_per_task(n):
     tile = n.vec_tile or n.shape
-    return max(1, math.prod(min(t, s) for t, s in zip(tile, n.shape)) if len(tile) == len(n.shape) else 1)
+    return max(1, math.prod(min(t, s) for t, s in zip(tile, n.shape)) if len(tile) >= len(n.shape) else 1)
 
 
 # ---- gathermask --------------------------------------------------------------------------------

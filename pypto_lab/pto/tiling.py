@@ -29,6 +29,15 @@ def _a32(n: float) -> int:
     return int(-(-n // 32) * 32)
 
 
+def ub_tile_bytes(ext, elem_bytes: int) -> int:
+    """UB bytes of a tile of extents ``ext``: its last dimension padded to whole 32-byte blocks
+    (the real PadLocalBuffer pass pads the last axis of every UB tensor to 32 bytes,
+    framework/src/passes/tile_graph_pass/graph_constraint/pad_local_buffer.cpp), so a row of 3
+    fp32 (12 bytes) occupies 32 bytes of UB. Transfers still move only the real bytes."""
+    ext = list(ext) or [1]
+    return math.prod(ext[:-1]) * _a32(ext[-1] * elem_bytes)
+
+
 def suggest_vec_tile(shape, dtype: DataType) -> tuple[int, ...]:
     """A legal vector tile for ``shape``: the whole innermost dimension (32-B aligned) and as many
     rows as make about 16 KB."""
@@ -374,9 +383,7 @@ def _ub_plan(g: Group, graph: TensorGraph, tile, reuse: bool = True) -> UBPlan:
     nodes = graph.nodes
 
     def nbytes(tid):
-        e = math.prod(x for x, s in zip(task_ext, g.spans[tid]) if s)
-        dt = nodes[tid].dtype
-        return _a32(e * dt.bytes)
+        return ub_tile_bytes([x if s else 1 for x, s in zip(task_ext, g.spans[tid])], nodes[tid].dtype.bytes)
 
     order = g.nodes
     pos = {tid: i + 1 for i, tid in enumerate(order)}
@@ -447,7 +454,7 @@ def _describe(plan: UBPlan, graph: TensorGraph) -> str:
 
 def _finish_vector_group(g: Group, graph: TensorGraph, chip: Chip, double_buffer: bool) -> None:
     space = g.space
-    g.tile = tuple(min(t, s) for t, s in zip(g.raw_tile, space))
+    g.tile = tuple(min(t, s) for t, s in zip(g.raw_tile, space))  # tile size i for axis i; extra sizes ignored
     g.counts = tuple(-(-s // t) for s, t in zip(space, g.tile))
     g.k = math.prod(c for d, c in enumerate(g.counts) if d in g.reduced)
     g.n_tasks = math.prod(c for d, c in enumerate(g.counts) if d not in g.reduced)

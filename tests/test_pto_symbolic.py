@@ -303,6 +303,8 @@ def test_a_valid_shape_read_from_a_tensor_applies_when_the_kernel_runs():
     def masked_rowsum(x: pypto.Tensor, n: pypto.Tensor, out: pypto.Tensor):
         pypto.set_vec_tile_shapes(8, 64)
         part = pypto.view(x, [8, 64], [0, 0], valid_shape=[8, n[0].min(64)])
+        assert part.shape == [8, 64] and part.valid_shape[0] == 8
+        assert isinstance(part.valid_shape[1], pypto.SymbolicScalar)
         out[:] = pypto.sum(part * 2.0, dim=-1, keepdim=True)
 
     x = torch.randn(8, 64)

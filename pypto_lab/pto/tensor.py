@@ -282,6 +282,18 @@ class Tensor:
         return [ConcreteScalar(d) for d in self._node().shape]
 
     @property
+    def valid_shape(self) -> list:
+        """The valid part of each axis: the shape, except where a view's valid size is read from
+        tensor data (a SymbolicScalar, evaluated when the kernel runs)."""
+        shape = self.shape
+        if self._trace is None or shape is None:
+            return shape
+        run_valid = self._node().attrs.get("valid_shape")
+        if not run_valid:
+            return shape
+        return [s if v is None else v for v, s in zip(run_valid, shape)]
+
+    @property
     def dtype(self) -> DataType:
         return self.spec_dtype if self._trace is None else self._node().dtype
 

@@ -158,10 +158,10 @@ MODELS = {
     # QAT fake quantisation, symmetric per tensor (its own pytest case has 38,344 rows: 256 here)
     "qat_per_tensor": ("qat/test_qat.py", "test_symmetric_per_tensor(256, 2048, 8, 0.0001)", []),
 }
-# not yet: GLM attention branches in Python on `pypto.is_loop_end(s2_idx)` of a loop whose trip
-# count is read from kv_act_seqs (tensor data); the lab traces loop bodies per iteration class only
-# when the bounds are known while tracing, so it stops with ScalarReadError
-NOT_YET = {"glm_attention": "ScalarReadError"}
+# not yet: GLM attention runs end to end (block-table reads, a trip count and valid sizes read from
+# kv_act_seqs, is_loop_end on that loop), but 6 of its 1,536 bf16 outputs, all near zero, miss the
+# file's atol of 1e-4 by up to 8e-5 (max |diff| 1.8e-4)
+NOT_YET = {"glm_attention": "6 of 1,536 near-zero outputs beyond atol 1e-4"}
 
 
 def _checkout() -> Path:
@@ -176,7 +176,7 @@ def _checkout() -> Path:
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
-    reason=f"stops with {NOT_YET[n]}: a Python branch on a loop end read from tensor data", strict=True))
+    reason=f"not yet within the file's tolerance: {NOT_YET[n]}", strict=True))
     if n in NOT_YET else n for n in MODELS])
 def test_model_kernel_matches_its_torch_golden(name):
     rel, call, sets = MODELS[name]

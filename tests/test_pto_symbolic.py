@@ -315,3 +315,27 @@ def test_a_valid_shape_read_from_a_tensor_applies_when_the_kernel_runs():
         assert torch.allclose(out, (x[:, :k] * 2).sum(-1, keepdim=True), atol=1e-5), k
         cycles.add(masked_rowsum.last_run.cycles)
     assert masked_rowsum.trace_count == 1 and len(cycles) == 1   # one compile; cost of the full tile
+
+
+def test_a_branch_on_the_last_iteration_of_a_loop_whose_bound_is_read_from_data():
+    # GLM attention: `if pypto.is_loop_end(s2_idx):` on a loop whose trip count comes from kv_act_seqs;
+    # the first call's data picks the classes to trace, each run counts its own iterations
+    @pypto.jit(runtime_options=SIM)
+    def k(x: pypto.Tensor, n: pypto.Tensor([1], pypto.DT_INT32), out: pypto.Tensor):
+        pypto.set_vec_tile_shapes(1, 64)
+        for i in pypto.loop(n[0], name="L", idx_name="i"):
+            if pypto.is_loop_end(i):
+                out[i:i + 1, :] = x[i:i + 1, :] * 2.0
+            else:
+                out[i:i + 1, :] = x[i:i + 1, :] + 1.0
+
+    x = torch.randn(16, 64)
+    for count in (5, 9):
+        out = torch.zeros_like(x)
+        k(x, torch.tensor([count], dtype=torch.int32), out)
+        want = torch.zeros_like(x)
+        want[:count - 1] = x[:count - 1] + 1.0
+        want[count - 1] = x[count - 1] * 2.0
+        assert torch.equal(out, want), count
+        assert sorted(v["iterations"] for v in k.last_run.loops[0]["variants"]) == [1, count - 1]
+    assert k.cache_info()["traces"] == 1

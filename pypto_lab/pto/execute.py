@@ -69,6 +69,16 @@ class _Run:
 
     def read(self, tid: int, ix: tuple, expr: SymbolicScalar) -> int:
         t = self.env[tid]
+        if any(isinstance(i, np.ndarray) for i in ix):   # a guard evaluated for every iteration at once
+            arrs = np.broadcast_arrays(*[np.asarray(i, dtype=np.int64) for i in ix])
+            for d, (a, n) in enumerate(zip(arrs, t.shape)):
+                if a.size and (a.min() < 0 or a.max() >= n):
+                    bad = int(a[(a < 0) | (a >= n)][0])
+                    raise SymbolicIndexError(
+                        f"reading {expr}: index {bad} on dimension {d} of {_name(self.graph, tid)} (shape "
+                        f"{list(t.shape)}) is out of range{self._at()}. Rule: a scalar read needs 0 <= index < {n}. "
+                        "Fix: bound the index (the loop's stop, or .min(n - 1)), or check the table passed in")
+            return t.numpy()[tuple(arrs)].astype(np.int64)
         for d, (i, n) in enumerate(zip(ix, t.shape)):
             if not 0 <= int(i) < n:
                 raise SymbolicIndexError(
@@ -127,7 +137,7 @@ class _Run:
         sel = np.full(its.size, -1, np.int64)
         vec = {**self.idx, n.id: its}
         for k, var in enumerate(variants):
-            hold = np.broadcast_to(np.asarray(guards_hold(var["guards"], vec), bool), its.shape)
+            hold = np.broadcast_to(np.asarray(guards_hold(var["guards"], vec, self.read), bool), its.shape)
             sel[(sel < 0) & hold] = k
         if (sel < 0).any():
             self.idx[n.id] = int(its[np.argmax(sel < 0)])

@@ -134,7 +134,7 @@ class CompiledKernel:
         """The simulated run; ``counts`` are the iterations of each (loop, variant) of the run
         (`execute.run_graph`), defaulting to those known while tracing."""
         if counts is None:
-            counts = {(n.id, i): var.get("count", 0) for n in loops.loop_nodes(self.tensor_graph)
+            counts = {(n.id, i): var.get("count") or 0 for n in loops.loop_nodes(self.tensor_graph)
                       for i, var in enumerate(n.attrs["variants"])}
         key = tuple(sorted(counts.items()))
         res = self._results.get(key)
@@ -378,6 +378,7 @@ class JitKernel:
                 call_args = dict(bound.arguments)
                 for name, value, dt in tensors:
                     node = graph.add("param", [], value.shape, dt, {"name": name})
+                    trace.data[node.id] = value
                     graph.params.append(node.id)
                     graph.param_names.append(name)
                     call_args[name] = Tensor._bound(trace, node.id)

@@ -62,14 +62,15 @@ def record_guard(expr: SymbolicScalar, truth: bool) -> None:
     """``expr``'s hint was used as a Python value: the traced body holds where it comes out the same."""
     ids = expr.loop_ids()
     if not ids:
-        return
+        return False
     for fr in reversed(frames()):
         if fr.node in ids:
             text = str(expr)
             if any(str(g[0]) == text for g in fr.guards):
-                return
+                return True
             fr.guards.append((expr, bool(expr.hint) if truth else int(expr.hint), truth, config.STATE.trace.where()))
-            return
+            return True
+    return False
 
 
 symbolic.GUARD_HOOK = record_guard
@@ -94,6 +95,7 @@ def symbolic_loop(tr, start, stop, step, name: str, idx_name: str):
                                             "step": step, "variants": []}, loop="/".join(tr.loops))
     outer = {f.node: f.idx.hint for f in tr.sym_loops}
     s0, s1, st = hint_of(start), hint_of(stop), hint_of(step)
+    data_bound = any(isinstance(b, SymbolicScalar) and b.depends_on_data() for b in (start, stop, step))
     values = None
     if s0 is not None and s1 is not None and st is not None:
         if st == 0:
@@ -121,9 +123,11 @@ def symbolic_loop(tr, start, stop, step, name: str, idx_name: str):
             tr.close_body(node.id, variant["lo"], variant["hi"])
         if values is None:
             break
-        covered = guards_hold(frame.guards, {**outer, node.id: values})
+        covered = guards_hold(frame.guards, {**outer, node.id: values}, tr.read_hint)
         covered = np.broadcast_to(np.asarray(covered, bool), values.shape)
-        variant["count"] = int((covered & uncovered).sum())
+        # bounds read from tensor data: the first call's values only pick the classes to trace; the
+        # iterations (and so how many copies the cost base simulates) are those of each run
+        variant["count"] = None if data_bound else int((covered & uncovered).sum())
         uncovered &= ~covered
         if not uncovered.any():
             break

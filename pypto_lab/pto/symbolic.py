@@ -337,13 +337,16 @@ def _need_value(s: SymbolicScalar, what: str, truth: bool = False):
     """The hint of ``s`` for Python, recorded as a guard of the loop body being traced."""
     if s.kind == "imm":
         return s.args[0]
-    if s.depends_on_data():
+    if s.depends_on_data() and not (s.hint is not None and s.loop_ids() and GUARD_HOOK is not None
+                                    and GUARD_HOOK(s, truth)):
         raise ScalarReadError(
             f"{what} of {s}: it depends on tensor data, which exists only when the kernel runs. Rule: a value read "
             "from a tensor (block_table[b, i]) can be an offset, a loop bound or part of another SymbolicScalar, "
             "but Python cannot branch on it or turn it into an int while tracing. Fix: keep it symbolic (use it as "
             "a view offset or a pypto.loop bound, combine with .min()/.max()), choose per element with "
-            "pypto.where, or read it in torch before the call and pass it as a Python argument")
+            "pypto.where, or read it in torch before the call and pass it as a Python argument. (Inside a "
+            "pypto.loop, a branch on the loop's index compared with tensor data is allowed: the body is traced "
+            "per iteration class, as pypto.is_loop_end(i) on a loop whose bound is read from a tensor)")
     if s.hint is None:
         raise SymbolicValueError(f"{what} of {s}: the symbol has no value. Rule: Python needs a number here, and a "
                                  "named symbol has one only if it was given one. Fix: pypto.SymbolicScalar(name, value), "

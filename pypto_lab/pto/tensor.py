@@ -52,6 +52,26 @@ class Trace:
         self.bodies: list[tuple] = []   # (lo, hi, loop node) of every traced symbolic loop body
         self.sym_roots: set[int] = set()  # GM roots accessed at symbolic offsets (not checked at trace time)
         self.scalar_roots: set[int] = set()  # GM roots read element by element as SymbolicScalars
+        self.data: dict = {}   # param node id -> the first call's tensor (hints of scalar reads)
+
+    def read_hint(self, tid: int, ix: tuple, expr=None):
+        """The value a scalar read has in the call being traced (its hint), or None."""
+        t = self.data.get(tid)
+        if t is None:
+            return None
+        try:
+            if isinstance(ix[0] if ix else None, np.ndarray) or any(isinstance(i, np.ndarray) for i in ix):
+                arrs = np.broadcast_arrays(*[np.asarray(i) for i in ix])
+                ok = np.all([(a >= 0) & (a < n) for a, n in zip(arrs, t.shape)], axis=0)
+                out = np.zeros(arrs[0].shape, np.int64)
+                sel = tuple(a[ok] for a in arrs)
+                out[ok] = t.numpy()[sel] if t.dtype.is_floating_point is False else t.numpy()[sel].astype(np.int64)
+                return out
+            if any(not 0 <= int(i) < n for i, n in zip(ix, t.shape)):
+                return None
+            return int(t[tuple(int(i) for i in ix)])
+        except (TypeError, ValueError, RuntimeError):
+            return None
 
     @staticmethod
     def where() -> str:
@@ -467,7 +487,11 @@ class Tensor:
         idx = [a + b for a, b in zip(roff, offsets)]
         rn = tr.graph.nodes[root]
         name = f"{rn.attrs.get('name') or f'tensor %{root}'}[{', '.join(str(i) for i in idx)}]"
-        return SymbolicScalar.read(root, idx, name)
+        s = SymbolicScalar.read(root, idx, name)
+        hints = [hint_of(i) for i in idx]
+        if all(h is not None for h in hints):
+            s.hint = tr.read_hint(root, tuple(hints))
+        return s
 
     def __setitem__(self, key, value):
         ops = _ops()

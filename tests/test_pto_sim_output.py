@@ -48,3 +48,17 @@ def test_tile_fwk_output_dir_moves_the_output_folder(tmp_path, monkeypatch):
     assert path.startswith(str((tmp_path / "elsewhere").resolve())) and path.endswith(
         os.path.join(*sim_output.SWIMLANE))
     assert "traceEvents" in json.loads(open(path).read())
+
+
+def test_the_file_always_holds_the_last_run_even_when_a_cached_call_skips_the_write(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILE_FWK_OUTPUT_DIR", str(tmp_path))
+    k = _kernel()
+    small = (torch.randn(32, 256), torch.randn(32, 256), torch.empty(32, 256))
+    big = (torch.randn(64, 256), torch.randn(64, 256), torch.empty(64, 256))
+    for args in (small, big, small, small):
+        k(*args)
+        path = k.last_run.swimlane_path
+        assert json.loads(open(path).read()) == json.loads(json.dumps(k.last_run.chrome_trace()))
+    mtime = os.stat(path).st_mtime_ns
+    k(*small)                                  # the same run again: the file is already its trace
+    assert os.stat(path).st_mtime_ns == mtime

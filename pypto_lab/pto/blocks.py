@@ -12,6 +12,7 @@ import itertools
 from dataclasses import dataclass
 
 from ..hw.chip import Chip
+from .special import REGISTRY
 from .tiling import TileGraph
 
 
@@ -63,7 +64,6 @@ def build_block_graph(tg: TileGraph, chip: Chip) -> BlockGraph:
             tasks = [(b, i, j) for b in range(g.batch) for i in range(bm) for j in range(bn)]
             cores, unit = cube_core_ids(chip), "cube"
         elif g.kind == "special":
-            from .special import REGISTRY
             tasks = [(i,) for i in range(g.n_tasks)]
             unit = REGISTRY[tg.graph.nodes[g.nodes[0]].op].unit
             cores = cube_core_ids(chip) if unit == "cube" else vector_core_ids(chip)

@@ -22,6 +22,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..hw.programs import gm_rates
+
 REGISTRY: dict[str, SpecialOp] = {}
 
 
@@ -72,8 +74,6 @@ def rows_per_task(node, inner: int) -> int:
 def emit_group(em, g, assign, chip, barrier: dict) -> None:
     """Emit every core's tasks of a special group: its steps chained, two UB slots per core (a
     task's first transfer waits for the task two before it to finish)."""
-    from ..hw.programs import gm_rates
-
     p_in, p_out = chip.data_path("GM_TO_UB"), chip.data_path("UB_TO_GM")
     def gm_read(s):
         if s[0] == "load":

@@ -65,7 +65,7 @@ class Trace:
                 ok = np.all([(a >= 0) & (a < n) for a, n in zip(arrs, t.shape)], axis=0)
                 out = np.zeros(arrs[0].shape, np.int64)
                 sel = tuple(a[ok] for a in arrs)
-                out[ok] = t.numpy()[sel] if t.dtype.is_floating_point is False else t.numpy()[sel].astype(np.int64)
+                out[ok] = t.numpy()[sel].astype(np.int64)
                 return out
             if any(not 0 <= int(i) < n for i, n in zip(ix, t.shape)):
                 return None

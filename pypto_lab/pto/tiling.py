@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ..hw.chip import Chip
 from ..hw.tiling import CubeTile, TilingError, cube_fractal, cube_tile_bytes, default_cube_tile, plan_cube
+from . import special
 from .dtypes import DataType
 from .errors import DTypeError, TileAlignmentError, TileCapacityError, TileShapeError
 from .graph import ELEMENTWISE, REDUCTIONS, SPECIAL_KINDS, TensorGraph
@@ -249,7 +250,6 @@ def build_tile_graph(graph: TensorGraph, chip: Chip, double_buffer: bool = True)
             gm_writer[n.id] = g.id
             cube_of[n.id] = g
         elif op in SPECIAL_KINDS:
-            from . import special
             if cur is not None:
                 cur.closed = True
             for i in n.inputs:

@@ -576,14 +576,18 @@ def clip(input, min=None, max=None):
 
 def softmax(input, dim=-1):
     """``exp(x - max) / sum(exp(x - max))`` along ``dim``: amax, sub, exp, sum, div recorded as one
-    row program that the Tile Graph fuses into a single vector group (the row stays in UB)."""
+    row program that the Tile Graph fuses into a single vector group (the row stays in UB). Like the
+    real framework's decomposition, an fp16/bf16 input is cast to fp32 first and the result cast back."""
     x = _tensor(input, "softmax")
     if x.dtype.lab not in ("fp16", "bf16", "fp32"):
         raise DTypeError(f"softmax: input dtype {x.dtype!r}; softmax takes DT_FP32 (the real API) or DT_FP16 / "
                          "DT_BF16 here. Fix: pypto.cast(x, pypto.DT_FP32) first")
     d = _norm_dim("softmax", dim, x.ndim)
-    e = exp(sub(x, amax(x, d, keepdim=True)))
-    return div(e, sum(e, d, keepdim=True))
+    # As the real pypto.softmax (python/pypto/operator.py): computed in fp32, cast back at the end.
+    xf = x if x.dtype.lab == "fp32" else cast(x, DT_FP32)
+    e = exp(sub(xf, amax(xf, d, keepdim=True)))
+    y = div(e, sum(e, d, keepdim=True))
+    return y if x.dtype.lab == "fp32" else cast(y, x.dtype)
 
 
 # ---- comparisons, logical ops, selection -------------------------------------------------------

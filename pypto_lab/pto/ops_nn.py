@@ -7,26 +7,31 @@ from __future__ import annotations
 import builtins
 
 from .errors import DTypeError, ShapeError
-from .ops import _norm_dim, _tensor, add, mul, rsqrt, sub, sum
+from .dtypes import DT_FP32
+from .ops import _norm_dim, _tensor, add, cast, mul, rsqrt, sub, sum
 
 
 def rms_norm(input, gamma=None, epsilon: float = 1e-6):
     """``input * rsqrt(mean(input ** 2, -1) + epsilon) * gamma`` along the last axis (``gamma`` of
-    shape [C] optional), computed in input's dtype."""
+    shape [C] optional); like the real decomposition, fp16/bf16 inputs are computed in fp32 and
+    cast back."""
     x = _tensor(input, "rms_norm")
     if x.dtype.lab not in ("fp16", "bf16", "fp32"):
         raise DTypeError(f"rms_norm: input dtype {x.dtype!r}. Rule: rms_norm computes in DT_FP16, DT_BF16 or "
                          "DT_FP32. Fix: pypto.cast(input, pypto.DT_FP32) first")
     c = x.shape[-1]
-    ms = mul(sum(mul(x, x), -1, keepdim=True), 1.0 / c)
-    y = mul(x, rsqrt(add(ms, float(epsilon))))
+    # As the real pypto.rms_norm (python/pypto/operator.py): computed in fp32, cast back at the end.
+    low = x.dtype.lab != "fp32"
+    xf = cast(x, DT_FP32) if low else x
+    ms = mul(sum(mul(xf, xf), -1, keepdim=True), 1.0 / c)
+    y = mul(xf, rsqrt(add(ms, float(epsilon))))
     if gamma is not None:
         g = _tensor(gamma, "rms_norm")
         if list(g.shape) != [c]:
             raise ShapeError(f"rms_norm: gamma of shape {g.shape} for input {x.shape}. Rule: gamma has shape [C] = "
                              f"[{c}] (the last axis)")
-        y = mul(y, g)
-    return y
+        y = mul(y, cast(g, DT_FP32) if g.dtype.lab != "fp32" else g)
+    return cast(y, x.dtype) if low else y
 
 
 def var(input, dim=None, *, correction: float = 1, keepdim: bool = False):

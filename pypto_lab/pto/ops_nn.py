@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import builtins
 
-from .errors import DTypeError, ShapeError
 from .dtypes import DT_FP32
+from .errors import DTypeError, ShapeError
 from .ops import _norm_dim, _tensor, add, cast, mul, rsqrt, sub, sum
 
 

@@ -9,10 +9,10 @@ import tomllib
 from pypto_lab.hw import ChipConfigError, get_chip, list_chips, load_chip
 from pypto_lab.hw.chip import PRESET_DIR
 
-PRESETS = ["Ascend310P3", "Ascend910A", "Ascend910B1", "Ascend910B3"]
+PRESETS = ["Ascend310P3", "Ascend910A", "Ascend910B1", "Ascend910B2", "Ascend910B3", "Ascend910B4"]
 
 
-def test_list_chips_has_the_four_presets():
+def test_list_chips_has_the_six_presets():
     assert list_chips() == PRESETS
 
 
@@ -40,6 +40,26 @@ def test_public_figures():
     b1 = get_chip("Ascend910B1")
     assert b1.cube.supports("bf16") and b1.cube.fractals["fp32"] == (16, 8, 16)
     assert b1.buffer("L0C").size_bytes == 128 * 1024 and a.buffer("L0C").size_bytes == 256 * 1024
+
+
+def test_910b2_and_910b4_differ_from_910b1_where_their_sources_say():
+    b1, b2, b3, b4 = (get_chip(f"Ascend910B{i}") for i in (1, 2, 3, 4))
+    # 910B2: same 24 AIC / 48 AIV and 64 GB as 910B1, its platform config says cube_freq 1800 (910B1: 1850)
+    assert (b2.cube_cores, b2.vector_cores, b2.hbm_bytes) == (24, 48, b1.hbm_bytes)
+    assert b2.clock_mhz == 1800 and b1.clock_mhz == 1850
+    assert b2.peak_tflops("fp16") == pytest.approx(24 * 4096 * 2 * 1.8e9 / 1e12)
+    assert "ai_core_cnt=24" in b2.sources["chip.cube_cores"]
+    # 910B4: 20 AIC / 40 AIV like 910B3, but 32 GiB HBM, a 96 MiB L2 and a 1500 MHz clock
+    assert (b4.cube_cores, b4.vector_cores) == (20, 40) == (b3.cube_cores, b3.vector_cores)
+    assert b4.hbm_bytes == 32 * 2**30 and b1.hbm_bytes == 64 * 2**30
+    assert b4.l2_bytes == 96 * 2**20 < b1.l2_bytes
+    assert b4.clock_mhz == 1500 and b4.hbm_gbps < b1.hbm_gbps
+    assert "estimate" in b4.sources["chip.hbm_gbps"]
+    # no measurements of their own: the per-cycle pipe constants are carried over, and the sources say so
+    assert b2.paths == b1.paths and b4.paths == b3.paths
+    assert b2.vector == b1.vector and b4.cube == b3.cube
+    assert "Ascend910B2 has no public measurements" in b2.sources["paths.GM_TO_L1.bytes_per_cycle"]
+    assert "Ascend910B4 has no public measurements" in b4.sources["cube.startup_cycles"]
 
 
 def _flatten(prefix, table):

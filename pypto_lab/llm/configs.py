@@ -1,0 +1,289 @@
+"""Decoder-only LLM architectures as the cost engine sees them: `LLMSpec`, read from a transformers
+config (an object, a dict, a ``config.json`` path) or a known name, and the known names' configs.
+
+Known names carry the fields of their public Hugging Face ``config.json`` (the source is each
+entry's ``_source``); nothing is downloaded. `spec_of(model)` accepts any of: a known name, a
+``config.json`` path, a transformers ``PretrainedConfig``, a dict in config.json form, an
+`LLMSpec`, or a causal-LM module (its ``.config``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+
+class LLMConfigError(ValueError):
+    """A model argument the LLM engine cannot read; the message names the rule, the value and a fix."""
+
+
+def _hf(repo: str) -> str:
+    return f"https://huggingface.co/{repo}/blob/main/config.json"
+
+
+KNOWN_MODELS: dict[str, dict[str, Any]] = {
+    "gpt2": {
+        "_source": _hf("openai-community/gpt2"), "model_type": "gpt2", "vocab_size": 50257, "n_positions": 1024,
+        "n_embd": 768, "n_layer": 12, "n_head": 12, "n_inner": None, "activation_function": "gelu_new",
+        "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True,
+    },
+    "llama-2-7b": {
+        "_source": _hf("meta-llama/Llama-2-7b-hf"), "model_type": "llama", "vocab_size": 32000,
+        "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 32, "max_position_embeddings": 4096, "hidden_act": "silu", "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": False,
+    },
+    "llama-3-8b": {
+        "_source": _hf("meta-llama/Meta-Llama-3-8B"), "model_type": "llama", "vocab_size": 128256,
+        "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "max_position_embeddings": 8192, "hidden_act": "silu", "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0, "tie_word_embeddings": False,
+    },
+    "llama-2-70b": {
+        "_source": _hf("meta-llama/Llama-2-70b-hf"), "model_type": "llama", "vocab_size": 32000,
+        "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64,
+        "num_key_value_heads": 8, "max_position_embeddings": 4096, "hidden_act": "silu", "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": False,
+    },
+    "qwen2-7b": {
+        "_source": _hf("Qwen/Qwen2-7B"), "model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584,
+        "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+        "max_position_embeddings": 131072, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+    },
+    "qwen3-8b": {
+        "_source": _hf("Qwen/Qwen3-8B"), "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 4096,
+        "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "head_dim": 128, "max_position_embeddings": 40960, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+    },
+    "qwen3-30b-a3b": {
+        "_source": _hf("Qwen/Qwen3-30B-A3B"), "model_type": "qwen3_moe", "vocab_size": 151936, "hidden_size": 2048,
+        "intermediate_size": 6144, "moe_intermediate_size": 768, "num_hidden_layers": 48,
+        "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128,
+        "num_experts_per_tok": 8, "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": [],
+        "max_position_embeddings": 40960, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+    },
+    "chatglm3-6b": {
+        "_source": _hf("THUDM/chatglm3-6b"), "model_type": "chatglm", "padded_vocab_size": 65024,
+        "hidden_size": 4096, "ffn_hidden_size": 13696, "num_layers": 28, "num_attention_heads": 32,
+        "multi_query_attention": True, "multi_query_group_num": 2, "kv_channels": 128, "seq_length": 8192,
+        "add_qkv_bias": True, "rmsnorm": True, "layernorm_epsilon": 1e-5,
+    },
+    "mixtral-8x7b": {
+        "_source": _hf("mistralai/Mixtral-8x7B-v0.1"), "model_type": "mixtral", "vocab_size": 32000,
+        "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2,
+        "max_position_embeddings": 32768, "hidden_act": "silu", "rms_norm_eps": 1e-5, "rope_theta": 1e6,
+        "tie_word_embeddings": False,
+    },
+}
+
+
+@dataclass(frozen=True)
+class LLMSpec:
+    """What the cost engine needs of a decoder-only LLM (one entry per architectural mechanism).
+
+    ``mlp`` is "swiglu" (gate and up projections, SiLU) or "gelu" (one up projection); ``norm`` is
+    "rms" or "layer"; ``rotary_fraction`` the share of each head's dims that RoPE rotates (0: learned
+    positions, as GPT-2). MoE layers have ``experts`` > 0: ``top_k`` routed experts of
+    ``expert_intermediate`` each, ``shared_experts`` always-on experts of ``shared_intermediate``,
+    ``expert_groups`` / ``topk_groups`` for group-limited routing, and ``dense_layers`` leading
+    layers that keep a dense MLP."""
+
+    name: str
+    vocab: int
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    mlp: str = "swiglu"
+    norm: str = "rms"
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    rotary_fraction: float = 1.0
+    tied_embeddings: bool = False
+    max_positions: int = 4096
+    experts: int = 0
+    top_k: int = 0
+    expert_intermediate: int = 0
+    shared_experts: int = 0
+    shared_intermediate: int = 0
+    expert_groups: int = 1
+    topk_groups: int = 1
+    router: str = "softmax"
+    dense_layers: int = 0
+    source: str = ""
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers if self.is_moe else 0
+
+    def weight_params(self) -> int:
+        """Parameters (weights, biases and norms), counted from the architecture."""
+        h, d = self.hidden, self.head_dim
+        attn = h * (self.heads + 2 * self.kv_heads) * d + self.heads * d * h
+        if self.qkv_bias:
+            attn += (self.heads + 2 * self.kv_heads) * d
+        norms = 2 * h + (2 * d if self.qk_norm else 0)
+        dense_mlp = (3 if self.mlp == "swiglu" else 2) * h * self.intermediate
+        per_expert = (3 if self.mlp == "swiglu" else 2) * h * self.expert_intermediate
+        shared = (3 if self.mlp == "swiglu" else 2) * h * self.shared_intermediate * self.shared_experts
+        moe_mlp = self.experts * per_expert + shared + h * self.experts
+        body = self.layers * (attn + norms) + self.dense_layers * dense_mlp if self.is_moe else \
+            self.layers * (attn + norms + dense_mlp)
+        if self.is_moe:
+            body += self.moe_layers * moe_mlp
+        embed = self.vocab * h * (1 if self.tied_embeddings else 2) + h
+        if self.rotary_fraction == 0:
+            embed += self.max_positions * h
+        return int(body + embed)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("extra")
+        d["weight_params"] = self.weight_params()
+        return d
+
+
+def _get(cfg: dict, *names, default=None):
+    for n in names:
+        if cfg.get(n) is not None:
+            return cfg[n]
+    return default
+
+
+def spec_from_dict(cfg: dict[str, Any], name: str | None = None) -> LLMSpec:
+    """An `LLMSpec` from a config in Hugging Face ``config.json`` form."""
+    mt = str(cfg.get("model_type", "")).lower()
+    name = name or cfg.get("_name_or_path") or mt or "model"
+    src = cfg.get("_source", "")
+    if mt == "gpt2":
+        h = int(_get(cfg, "n_embd", "hidden_size"))
+        heads = int(_get(cfg, "n_head", "num_attention_heads"))
+        return LLMSpec(name=name, vocab=int(cfg["vocab_size"]), hidden=h, layers=int(_get(cfg, "n_layer", "num_hidden_layers")),
+                       heads=heads, kv_heads=heads, head_dim=h // heads, intermediate=int(cfg.get("n_inner") or 4 * h),
+                       mlp="gelu", norm="layer", qkv_bias=True, rotary_fraction=0.0,
+                       tied_embeddings=bool(cfg.get("tie_word_embeddings", True)),
+                       max_positions=int(_get(cfg, "n_positions", "max_position_embeddings", default=1024)), source=src)
+    if mt == "chatglm":
+        h = int(cfg["hidden_size"])
+        heads = int(cfg["num_attention_heads"])
+        kv = int(cfg.get("multi_query_group_num", heads)) if cfg.get("multi_query_attention") else heads
+        return LLMSpec(name=name, vocab=int(_get(cfg, "padded_vocab_size", "vocab_size")), hidden=h,
+                       layers=int(_get(cfg, "num_layers", "num_hidden_layers")), heads=heads, kv_heads=kv,
+                       head_dim=int(cfg.get("kv_channels", h // heads)), intermediate=int(cfg["ffn_hidden_size"]),
+                       qkv_bias=bool(cfg.get("add_qkv_bias", True)), rotary_fraction=0.5,
+                       max_positions=int(cfg.get("seq_length", 8192)), source=src)
+    known = {"llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3"}
+    if mt not in known:
+        raise LLMConfigError(
+            f"model_type {mt!r}: the LLM engine reads decoder-only configs of type gpt2, chatglm or "
+            f"{', '.join(sorted(known))}. Fix: pass an LLMSpec(...) describing the architecture, or a config of "
+            "one of these types")
+    if mt.startswith("deepseek"):
+        raise LLMConfigError(
+            f"model_type {mt!r}: multi-head latent attention (MLA) is not modelled by the LLM engine yet. "
+            "Fix: describe an equivalent GQA model with LLMSpec(...) for a first estimate")
+    h = int(cfg["hidden_size"])
+    heads = int(cfg["num_attention_heads"])
+    kv = int(cfg.get("num_key_value_heads") or heads)
+    hd = int(cfg.get("head_dim") or h // heads)
+    experts = int(_get(cfg, "num_experts", "num_local_experts", "n_routed_experts", default=0))
+    moe: dict[str, Any] = {}
+    if experts:
+        step = int(cfg.get("decoder_sparse_step", 1) or 1)
+        only = list(cfg.get("mlp_only_layers") or [])
+        if step != 1 or only:
+            raise LLMConfigError(
+                f"decoder_sparse_step={step}, mlp_only_layers={only}: the engine models MoE in every layer "
+                "after the first `dense_layers`. Fix: LLMSpec(..., dense_layers=N) for a leading dense block")
+        shared_i = int(cfg.get("shared_expert_intermediate_size") or 0)
+        moe = dict(experts=experts, top_k=int(cfg["num_experts_per_tok"]),
+                   expert_intermediate=int(cfg.get("moe_intermediate_size") or cfg["intermediate_size"]),
+                   shared_experts=1 if shared_i else 0, shared_intermediate=shared_i)
+    return LLMSpec(name=name, vocab=int(cfg["vocab_size"]), hidden=h, layers=int(cfg["num_hidden_layers"]),
+                   heads=heads, kv_heads=kv, head_dim=hd, intermediate=int(cfg["intermediate_size"]),
+                   qkv_bias=mt in ("qwen2", "qwen2_moe") or bool(cfg.get("attention_bias", False)),
+                   qk_norm=mt in ("qwen3", "qwen3_moe"),
+                   rotary_fraction=float(cfg.get("partial_rotary_factor", 1.0)),
+                   tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+                   max_positions=int(cfg.get("max_position_embeddings", 4096)), source=src, **moe)
+
+
+def known_models() -> list[str]:
+    return sorted(KNOWN_MODELS)
+
+
+def spec_of(model: Any) -> LLMSpec:
+    """The `LLMSpec` of ``model``: a known name, a ``config.json`` path, a config dict or object, an
+    `LLMSpec`, or a module with a ``.config``."""
+    if isinstance(model, LLMSpec):
+        return model
+    if isinstance(model, str) and model.lower() in KNOWN_MODELS:
+        return spec_from_dict(KNOWN_MODELS[model.lower()], name=model.lower())
+    if isinstance(model, (str, Path)):
+        p = Path(model)
+        if p.is_dir():
+            p = p / "config.json"
+        if p.suffix == ".json" and p.is_file():
+            try:
+                cfg = json.loads(p.read_text())
+            except json.JSONDecodeError as e:
+                raise LLMConfigError(f"{p}: not valid JSON ({e}). Fix: pass a Hugging Face config.json") from e
+            return spec_from_dict(cfg, name=cfg.get("_name_or_path") or p.parent.name or p.stem)
+        raise LLMConfigError(
+            f"model {str(model)!r}: not a known name and not a config.json file. Rule: a model is a known name "
+            f"({', '.join(known_models())}), a config.json path, a transformers config or a causal-LM module. "
+            "Fix: check the spelling or the path")
+    if isinstance(model, dict):
+        return spec_from_dict(model)
+    cfg = getattr(model, "config", None) if not hasattr(model, "to_dict") else model
+    if cfg is not None and hasattr(cfg, "to_dict"):
+        d = cfg.to_dict()
+        return spec_from_dict(d, name=d.get("_name_or_path") or None)
+    raise LLMConfigError(
+        f"model of type {type(model).__name__}: the LLM engine reads a known name, a config.json path, a "
+        "transformers PretrainedConfig, a config dict, an LLMSpec or a module with a .config. Fix: pass one of these")
+
+
+def with_layers(spec: LLMSpec, layers: int) -> LLMSpec:
+    """The same architecture with ``layers`` layers (a small copy for numerics checks)."""
+    return replace(spec, layers=layers, dense_layers=min(spec.dense_layers, layers))
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def fits_tp(spec: LLMSpec, tp: int) -> None:
+    """Raise `LLMConfigError` unless ``tp`` divides the heads and the MLP width (Megatron's split)."""
+    if tp < 1:
+        raise LLMConfigError(f"tp = {tp}: tensor parallelism is a positive card count. Fix: tp=1 or more")
+    if spec.heads % tp:
+        raise LLMConfigError(
+            f"tp = {tp}: {spec.name} has {spec.heads} attention heads, and Megatron's column split gives every "
+            f"card whole heads. Fix: a tp that divides {spec.heads}, e.g. "
+            f"{max(d for d in range(1, tp + 1) if spec.heads % d == 0)}")
+    width = spec.expert_intermediate if spec.is_moe and not spec.dense_layers else spec.intermediate
+    if width % tp:
+        raise LLMConfigError(f"tp = {tp}: the MLP width {width} does not split evenly. Fix: a tp that divides {width}")
+
+
+def kv_heads_per_card(spec: LLMSpec, tp: int) -> int:
+    """KV heads each card holds: split when there are at least ``tp``, else replicated (as vLLM does)."""
+    return spec.kv_heads // tp if spec.kv_heads >= tp else 1
+
+
+__all__ = ["KNOWN_MODELS", "LLMConfigError", "LLMSpec", "ceil_div", "fits_tp", "known_models", "kv_heads_per_card",
+           "spec_from_dict", "spec_of", "with_layers"]

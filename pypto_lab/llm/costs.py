@@ -1,0 +1,160 @@
+"""Simulated kernel times for LLM shapes, memoised and interpolated so that one model can be costed
+at every batch and context length in a few seconds.
+
+Each function here runs the chip model (`hw.kernels.simulate_matmul`, `simulate_vector`,
+`hw.attention.simulate_attention`) at a shape and keeps the `KernelReport`. A size that varies
+from step to step (tokens in a batch, context length) is simulated only at the points of a
+geometric grid (four points per octave, multiples of 16 above 64) and linearly interpolated in
+between: kernel time is piecewise linear in M and in context length once tiles are full, and the
+grid keeps the number of distinct simulations small. Exact sizes are simulated when they are on
+the grid or at most 64.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..hw.attention import default_attention_blocks, simulate_attention
+from ..hw.chip import Chip
+from ..hw.kernels import VectorOp, simulate_matmul, simulate_vector
+
+_CACHE: dict[tuple, Cost] = {}
+_FINGERPRINTS: dict[int, tuple[Chip, str]] = {}
+
+
+def _fp(chip: Chip) -> str:
+    """The chip's fingerprint, computed once per chip object (it hashes every constant)."""
+    hit = _FINGERPRINTS.get(id(chip))
+    if hit is None or hit[0] is not chip:
+        hit = _FINGERPRINTS[id(chip)] = (chip, chip.fingerprint)
+    return hit[1]
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What one kernel costs: time, bytes moved between HBM and the cores, flops, and its bound."""
+
+    time_us: float
+    gm_bytes: float
+    flops: float
+    bound: str
+    unit: str
+    hbm_bytes: float = 0.0      # the bytes that must cross HBM at least (each operand once)
+
+    def scaled(self, f: float) -> Cost:
+        return Cost(self.time_us * f, self.gm_bytes * f, self.flops * f, self.bound, self.unit, self.hbm_bytes * f)
+
+    @staticmethod
+    def lerp(a: Cost, b: Cost, t: float) -> Cost:
+        return Cost(a.time_us + (b.time_us - a.time_us) * t, a.gm_bytes + (b.gm_bytes - a.gm_bytes) * t,
+                    a.flops + (b.flops - a.flops) * t, b.bound if t >= 0.5 else a.bound, a.unit,
+                    a.hbm_bytes + (b.hbm_bytes - a.hbm_bytes) * t)
+
+
+def _of(r) -> Cost:
+    return Cost(float(r.time_us), float(r.gm_bytes), float(r.flops), str(r.bound), str(r.unit),
+                float(getattr(r, "min_gm_bytes", 0.0) or r.gm_bytes))
+
+
+def grid_points(x: int) -> tuple[int, int]:
+    """The two grid points around ``x`` (equal when ``x`` is on the grid)."""
+    if x <= 64:
+        return x, x
+    k = 4 * math.log2(x)
+    lo = int(16 * math.floor(2 ** (math.floor(k) / 4) / 16))
+    hi = int(16 * math.ceil(2 ** (math.ceil(k) / 4) / 16))
+    lo = max(64, min(lo, x))
+    hi = max(hi, x)
+    return (x, x) if x % 16 == 0 and (lo == x or hi == x) else (lo, hi)
+
+
+def interpolated(fn, x: int) -> Cost:
+    """``fn(x)`` from ``fn`` at the grid points around ``x``."""
+    lo, hi = grid_points(int(x))
+    if lo == hi:
+        return fn(lo)
+    a, b = fn(lo), fn(hi)
+    return Cost.lerp(a, b, (x - lo) / (hi - lo))
+
+
+def _memo(key: tuple, make) -> Cost:
+    c = _CACHE.get(key)
+    if c is None:
+        c = _CACHE[key] = make()
+    return c
+
+
+def matmul(chip: Chip, m: int, k: int, n: int, dtype: str, batch: int = 1, epilogue: str = "none") -> Cost:
+    """A Cube matmul ``[batch x] m x k @ k x n``, interpolated in m."""
+    def at(mm: int) -> Cost:
+        return _memo(("mm", _fp(chip), mm, k, n, dtype, batch, epilogue),
+                     lambda: _of(simulate_matmul(mm, k, n, dtype, chip, batch=batch, epilogue=epilogue)))
+    return interpolated(at, m)
+
+
+def matmul_w8a16(chip: Chip, m: int, k: int, n: int, batch: int = 1) -> Cost:
+    """Weight-only int8 (WeightQuantBatchMatmul): int8 weights cross HBM and are dequantised on the
+    way into the Cube, which then runs at its fp16 rate. Its time is the larger of the int8 kernel
+    (the bytes) and the fp16 flops at the Cube's fp16 peak (the compute)."""
+    i8 = matmul(chip, m, k, n, "int8", batch)
+    compute_us = 2.0 * m * k * n * batch / (chip.peak_tflops("fp16") * 1e6)
+    if compute_us <= i8.time_us:
+        return i8
+    return Cost(compute_us, i8.gm_bytes, i8.flops, "compute", "cube", i8.hbm_bytes)
+
+
+def vector(chip: Chip, op: str | VectorOp, numel: int, dtype: str, row_len: int | None = None,
+           key: str | None = None) -> Cost:
+    """A Vector kernel over ``numel`` elements (rows of ``row_len`` for row-wise ops), interpolated
+    in the number of rows."""
+    rl = int(row_len or 1)
+    rows = max(1, -(-int(numel) // rl))
+    name = key or (op if isinstance(op, str) else repr(op))
+
+    def at(r: int) -> Cost:
+        return _memo(("vec", _fp(chip), name, r, rl, dtype),
+                     lambda: _of(simulate_vector(op, r * rl, dtype, chip, row_len=row_len)))
+    return interpolated(at, rows)
+
+
+def _attention(chip: Chip, bh: int, s_q: int, s_k: int, d: int, dtype: str) -> Cost:
+    return _memo(("attn", _fp(chip), bh, s_q, s_k, d, dtype),
+                 lambda: _of(simulate_attention(bh, s_q, s_k, d, dtype, chip)))
+
+
+def prompt_flash_attention(chip: Chip, seqs: int, heads: int, s_q: int, past: int, d: int, dtype: str) -> Cost:
+    """PromptFlashAttention: causal attention of ``s_q`` new tokens over ``past + s_q`` keys, for
+    ``seqs`` sequences of ``heads`` heads. The fused kernel is simulated without a mask; causal
+    block skipping then keeps the (query block, key block) pairs at or below the diagonal, which
+    the chip's default block sizes give."""
+    s_k = past + s_q
+    full = interpolated(lambda sk: interpolated(lambda sq: _attention(chip, seqs * heads, sq, sk, d, dtype), s_q), s_k)
+    bq, bk = default_attention_blocks(chip, s_q, s_k, d, dtype)[:2]
+    nq, nk = -(-s_q // bq), -(-s_k // bk)
+    kept = sum(min(nk, -(-(past + (i + 1) * bq) // bk)) for i in range(nq))
+    return full.scaled(kept / (nq * nk))
+
+
+def incre_flash_attention(chip: Chip, seqs: int, kv_heads: int, group: int, context: int, d: int, dtype: str,
+                          kv_dtype: str = "fp16") -> Cost:
+    """IncreFlashAttention / PagedAttention for one decode step: each sequence's ``group`` query
+    heads that share a KV head attend over its ``context`` cached tokens (GQA packs them as the
+    rows of one block, so the KV cache is read once per KV head). With an int8 KV cache a
+    memory-bound kernel reads half the bytes (its dequantisation is not charged)."""
+    c = interpolated(lambda sk: _attention(chip, seqs * kv_heads, group, sk, d, dtype), max(1, context))
+    if kv_dtype == "int8" and c.bound == "memory":
+        return Cost(c.time_us / 2, c.gm_bytes / 2, c.flops, c.bound, c.unit, c.hbm_bytes / 2)
+    return c
+
+
+def cache_size() -> int:
+    return len(_CACHE)
+
+
+def clear_cache() -> None:
+    _CACHE.clear()
+
+
+__all__ = ["Cost", "cache_size", "clear_cache", "grid_points", "incre_flash_attention", "interpolated", "matmul",
+           "matmul_w8a16", "prompt_flash_attention", "vector"]

@@ -1,0 +1,315 @@
+"""`simulate_generation`: how fast an LLM answers a batch on one or more simulated Ascend cards —
+time to first token (the prefill), time per output token (the decode steps, which grow with the
+context), throughput, HBM per card, communication, and where decode sits on the roofline — and
+`step_model`, the same engine as a `StepModel` for the serving simulator.
+
+Every time comes from the chip model through `forward.forward_kernels`; nothing is fitted per
+model. Decode steps are costed at a few context lengths across the generation (the step is linear
+in context once the KV cache dominates, and attention is interpolated between simulated points),
+and their mean is the TPOT.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..hw.chip import Chip, get_chip
+from ..hw.collectives import get_topology
+from .configs import LLMConfigError, LLMSpec, spec_of
+from .forward import Hardware, StepKernel, check_hardware, forward_kernels, step_time_us
+from .memory import (
+    DEFAULT_HBM_UTILIZATION,
+    HBMCapacityError,
+    HBMUse,
+    activation_bytes,
+    capacity_bytes,
+    describe,
+    kv_bytes_per_token,
+    weights_bytes,
+)
+
+# Which server a chip's cards sit in when a run spans several cards (hw/topologies/*.toml).
+DEFAULT_TOPOLOGY = {"Ascend910A": "Atlas800T-910A"}
+DEFAULT_TOPOLOGY_910B = "Atlas800I-A2"
+
+
+def default_topology(chip: Chip, cards: int):
+    if cards <= 1:
+        return None
+    name = DEFAULT_TOPOLOGY.get(chip.name, DEFAULT_TOPOLOGY_910B if chip.name.startswith("Ascend910B") else None)
+    if name is None:
+        raise LLMConfigError(
+            f"cards = {cards} on {chip.name}: no server topology is known for this chip. Rule: more than one card "
+            "needs a topology (hw/topologies/*.toml). Fix: pass topology=<name or path>, or cards=1")
+    return get_topology(name)
+
+
+def hardware(chip: str | Chip, cards: int = 1, tp: int | None = None, ep: int = 1, precision: str = "fp16",
+             kv_dtype: str | None = None, topology=None, launch_us: float = 0.0) -> Hardware:
+    """A `Hardware` from user arguments: ``tp=None`` means tensor parallelism over all cards."""
+    chip = get_chip(chip)
+    if not isinstance(cards, int) or cards < 1:
+        raise LLMConfigError(f"cards = {cards!r}: a positive number of cards. Fix: cards=1 or more")
+    tp = cards if tp is None else tp
+    if tp < 1 or cards % tp:
+        raise LLMConfigError(f"tp = {tp} with cards = {cards}: tensor parallelism uses a divisor of the card count "
+                             f"(the rest replicate as data parallelism). Fix: tp in {[d for d in range(1, cards + 1) if cards % d == 0]}")
+    if launch_us < 0:
+        raise LLMConfigError(f"launch_us = {launch_us}: a per-kernel launch cost is >= 0 microseconds. Fix: 0 or more")
+    topo = get_topology(topology) if topology is not None and not hasattr(topology, "cards_per_server") else topology
+    topo = topo if topo is not None else default_topology(chip, cards)
+    kv = kv_dtype or ("bf16" if precision == "bf16" else "fp16")
+    return Hardware(chip=chip, cards=cards, tp=tp, ep=ep, topology=topo, precision=precision, kv_dtype=kv,
+                    launch_us=float(launch_us))
+
+
+@dataclass
+class LLMReport:
+    """What `simulate_generation` found. Times in ms, bytes per card. `to_dict()` for JSON."""
+
+    model: str
+    chip: str
+    cards: int
+    tp: int
+    ep: int
+    precision: str
+    kv_dtype: str
+    batch: int
+    prompt_len: int
+    output_len: int
+    ttft_ms: float
+    tpot_ms: float
+    step_vs_context: list[tuple[int, float]]
+    hbm: HBMUse
+    kv_bytes_per_token: int
+    comm_ms: float
+    comm_ms_prefill: float
+    comm_ms_per_step: float
+    roofline: dict[str, Any]
+    prefill_kernels: list[StepKernel] = field(repr=False)
+    decode_kernels: list[StepKernel] = field(repr=False)
+    spec: LLMSpec = field(repr=False, default=None)
+
+    @property
+    def e2e_ms(self) -> float:
+        return self.ttft_ms + self.tpot_ms * max(0, self.output_len - 1)
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        return self.batch * 1000.0 / self.tpot_ms if self.tpot_ms else 0.0
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        return self.batch * self.output_len * 1000.0 / self.e2e_ms if self.e2e_ms else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model, "chip": self.chip, "cards": self.cards, "tp": self.tp, "ep": self.ep,
+            "precision": self.precision, "kv_dtype": self.kv_dtype, "batch": self.batch,
+            "prompt_len": self.prompt_len, "output_len": self.output_len,
+            "ttft_ms": self.ttft_ms, "tpot_ms": self.tpot_ms, "e2e_ms": self.e2e_ms,
+            "decode_tokens_per_s": self.decode_tokens_per_s, "output_tokens_per_s": self.output_tokens_per_s,
+            "step_vs_context": [{"context": c, "step_ms": t} for c, t in self.step_vs_context],
+            "weights_bytes": self.hbm.weights_bytes, "kv_cache_bytes": self.hbm.kv_cache_bytes,
+            "activation_bytes": self.hbm.activation_bytes, "peak_hbm_bytes": self.hbm.peak_bytes,
+            "hbm_capacity_bytes": self.hbm.capacity_bytes, "kv_bytes_per_token": self.kv_bytes_per_token,
+            "comm_ms": self.comm_ms, "comm_ms_prefill": self.comm_ms_prefill, "comm_ms_per_step": self.comm_ms_per_step,
+            "roofline": dict(self.roofline),
+            "prefill_kernels": [k.to_dict() for k in self.prefill_kernels],
+            "decode_kernels": [k.to_dict() for k in self.decode_kernels],
+        }
+
+    def table(self, top: int = 8) -> str:
+        g = 2 ** 30
+        lines = [
+            f"{self.model} on {self.cards} x {self.chip} (tp {self.tp}, ep {self.ep}), {self.precision}, "
+            f"batch {self.batch}, {self.prompt_len} prompt + {self.output_len} output tokens",
+            f"TTFT {self.ttft_ms:,.2f} ms   TPOT {self.tpot_ms:,.3f} ms   decode {self.decode_tokens_per_s:,.0f} tokens/s"
+            f"   end to end {self.e2e_ms / 1000:,.2f} s",
+            f"HBM per card: weights {self.hbm.weights_bytes / g:.2f} GiB, KV {self.hbm.kv_cache_bytes / g:.2f} GiB, "
+            f"activations {self.hbm.activation_bytes / g:.2f} GiB = {self.hbm.peak_bytes / g:.2f} of "
+            f"{self.hbm.capacity_bytes / g:.2f} GiB",
+            f"decode: {self.roofline['bound']}-bound, {self.roofline['hbm_fraction']:.0%} of HBM bandwidth, "
+            f"{self.roofline['intensity']:.1f} flop/byte (ridge {self.roofline['ridge']:.0f})"
+            + (f"; communication {self.comm_ms_per_step:.3f} ms per step" if self.cards > 1 else ""),
+            "slowest kernels of one decode step:",
+        ]
+        for k in sorted(self.decode_kernels, key=lambda k: -k.time_us)[:top]:
+            lines.append(f"  {k.name:<26} x{k.count:<3} {k.time_us / 1000:9.3f} ms  {k.cost.bound}")
+        return "\n".join(lines)
+
+
+def _split(batch: int, hw: Hardware) -> int:
+    """Sequences per model replica (cards // tp replicas share the batch)."""
+    return max(1, math.ceil(batch / (hw.cards // hw.tp)))
+
+
+def hbm_use(spec: LLMSpec, hw: Hardware, batch: int, tokens_per_seq: int, prefill_tokens: int,
+            hbm_utilization: float = DEFAULT_HBM_UTILIZATION) -> HBMUse:
+    b = _split(batch, hw)
+    kernels = forward_kernels(spec, hw, prefill=[(min(prefill_tokens, tokens_per_seq), 0)] * b, costed=False)
+    act = activation_bytes(spec, hw, kernels, b * min(prefill_tokens, tokens_per_seq))
+    return HBMUse(weights_bytes(spec, hw), b * tokens_per_seq * kv_bytes_per_token(spec, hw), act,
+                  capacity_bytes(hw, hbm_utilization))
+
+
+def largest_batch(spec: LLMSpec, hw: Hardware, tokens_per_seq: int, prefill_tokens: int,
+                  hbm_utilization: float = DEFAULT_HBM_UTILIZATION) -> int:
+    """The largest batch whose weights + KV + activations fit every card (0: not even one)."""
+    replicas = hw.cards // hw.tp
+    if not hbm_use(spec, hw, replicas, tokens_per_seq, prefill_tokens, hbm_utilization).fits:
+        return 0
+    lo, hi = replicas, replicas * 2
+    while hbm_use(spec, hw, hi, tokens_per_seq, prefill_tokens, hbm_utilization).fits and hi < 1 << 20:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if hbm_use(spec, hw, mid, tokens_per_seq, prefill_tokens, hbm_utilization).fits else (lo, mid)
+    return lo
+
+
+def cards_needed(spec: LLMSpec, hw: Hardware, batch: int, tokens_per_seq: int, prefill_tokens: int,
+                 hbm_utilization: float) -> int | None:
+    """The fewest cards (tensor parallel, up to 64) on which the batch fits, or None."""
+    for tp in (2, 4, 8, 16, 32, 64):
+        if tp <= hw.tp or spec.heads % tp:
+            continue
+        try:
+            h = Hardware(hw.chip, tp, tp, 1, None, hw.precision, hw.kv_dtype, hw.launch_us)
+            check_hardware(spec, h)
+        except LLMConfigError:
+            continue
+        if hbm_use(spec, h, batch, tokens_per_seq, prefill_tokens, hbm_utilization).fits:
+            return tp
+    return None
+
+
+def check_fits(spec: LLMSpec, hw: Hardware, batch: int, tokens_per_seq: int, prefill_tokens: int,
+               hbm_utilization: float) -> HBMUse:
+    use = hbm_use(spec, hw, batch, tokens_per_seq, prefill_tokens, hbm_utilization)
+    if use.fits:
+        return use
+    best = largest_batch(spec, hw, tokens_per_seq, prefill_tokens, hbm_utilization)
+    if best:
+        fix = (f"the largest batch that fits is {best}; or more cards / tensor parallelism, a shorter context, "
+               "an int8 KV cache (kv_dtype='int8') or int8 weights (precision='w8a16')")
+    else:
+        need = cards_needed(spec, hw, batch, tokens_per_seq, prefill_tokens, hbm_utilization)
+        fix = (f"not even batch 1 fits; {need} cards with tensor parallelism would (cards={need})" if need else
+               "no tensor-parallel split up to 64 cards fits it; use int8 weights or a shorter context")
+    raise HBMCapacityError(f"{spec.name} at batch {batch} x {tokens_per_seq} tokens on {hw.chip.name} "
+                           f"(tp {hw.tp}, {hw.precision}): {describe(use)}. Fix: {fix}")
+
+
+def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len: int = 128,
+                        chip: str | Chip = "Ascend910B1", cards: int = 1, tp: int | None = None,
+                        precision: str = "fp16", *, ep: int = 1, kv_dtype: str | None = None, topology=None,
+                        launch_us: float = 0.0, hbm_utilization: float = DEFAULT_HBM_UTILIZATION,
+                        context_points: int = 5) -> LLMReport:
+    """Prefill ``batch`` prompts of ``prompt_len`` tokens together, then decode ``output_len``
+    tokens for each, on ``cards`` cards of ``chip``. ``model``: a known name, a config.json path, a
+    transformers config or causal-LM module, or an `LLMSpec`. Raises `HBMCapacityError` when the
+    weights, the KV cache and the activations do not fit a card."""
+    spec = spec_of(model)
+    for name, v in (("batch", batch), ("prompt_len", prompt_len), ("output_len", output_len)):
+        if not isinstance(v, int) or v < 1:
+            raise LLMConfigError(f"{name} = {v!r}: must be a positive integer. Fix: {name}=1 or more")
+    if not 0 < hbm_utilization <= 1:
+        raise LLMConfigError(f"hbm_utilization = {hbm_utilization}: a fraction in (0, 1]. Fix: e.g. 0.9")
+    hw = hardware(chip, cards, tp, ep, precision, kv_dtype, topology, launch_us)
+    check_hardware(spec, hw)
+    total = prompt_len + output_len
+    if total > spec.max_positions:
+        raise LLMConfigError(f"prompt_len + output_len = {total}: {spec.name} handles at most {spec.max_positions} "
+                             "positions. Fix: shorter prompt or output")
+    use = check_fits(spec, hw, batch, total, prompt_len, hbm_utilization)
+    b = _split(batch, hw)
+    prefill = forward_kernels(spec, hw, prefill=[(prompt_len, 0)] * b)
+    ttft_ms = step_time_us(prefill) / 1000
+    steps = max(1, output_len - 1)
+    first, last = prompt_len + 1, prompt_len + steps
+    n = max(2, min(context_points, steps))
+    ctxs = sorted({round(first + (last - first) * i / (n - 1)) for i in range(n)})
+    per_ctx = []
+    mid_kernels = None
+    for c in ctxs:
+        ks = forward_kernels(spec, hw, decode=[c] * b)
+        per_ctx.append((c, step_time_us(ks) / 1000, sum(k.time_us for k in ks if k.comm) / 1000))
+    # mean over the steps: trapezoids between the costed contexts
+    if len(per_ctx) == 1:
+        tpot, comm_step = per_ctx[0][1], per_ctx[0][2]
+    else:
+        span = per_ctx[-1][0] - per_ctx[0][0]
+        tpot = sum((b2[0] - a[0]) * (a[1] + b2[1]) / 2 for a, b2 in zip(per_ctx, per_ctx[1:])) / span
+        comm_step = sum((b2[0] - a[0]) * (a[2] + b2[2]) / 2 for a, b2 in zip(per_ctx, per_ctx[1:])) / span
+    mid = round((first + last) / 2)
+    mid_kernels = forward_kernels(spec, hw, decode=[mid] * b)
+    mid_us = step_time_us(mid_kernels)
+    flops = sum(k.cost.flops * k.count for k in mid_kernels if not k.comm)
+    gm = sum(k.cost.hbm_bytes * k.count for k in mid_kernels if not k.comm)
+    peak = hw.chip.peak_tflops(hw.act_dtype) * 1e12
+    bw = hw.chip.hbm_gbps * 1e9
+    intensity = flops / gm if gm else 0.0
+    ridge = peak / bw
+    roofline = {"flops": flops, "hbm_bytes": gm, "intensity": intensity, "ridge": ridge,
+                "bound": "memory" if intensity < ridge else "compute",
+                "hbm_fraction": gm / (mid_us * 1e-6 * bw) if mid_us else 0.0,
+                "cube_fraction": flops / (mid_us * 1e-6 * peak) if mid_us else 0.0, "context": mid}
+    comm_prefill = sum(k.time_us for k in prefill if k.comm) / 1000
+    return LLMReport(
+        model=spec.name, chip=hw.chip.name, cards=hw.cards, tp=hw.tp, ep=hw.ep, precision=hw.precision,
+        kv_dtype=hw.kv_dtype, batch=batch, prompt_len=prompt_len, output_len=output_len, ttft_ms=ttft_ms,
+        tpot_ms=tpot, step_vs_context=[(c, t) for c, t, _ in per_ctx], hbm=use,
+        kv_bytes_per_token=kv_bytes_per_token(spec, hw), comm_ms=comm_prefill + comm_step * steps,
+        comm_ms_prefill=comm_prefill, comm_ms_per_step=comm_step, roofline=roofline, prefill_kernels=prefill,
+        decode_kernels=mid_kernels, spec=spec)
+
+
+class ChipStepModel:
+    """A `StepModel` (see `step_model.py`) for ``spec`` on ``hw``: one engine step's time from
+    `forward_kernels`, memoised on (prefill chunks, decode count, mean context rounded to 16)."""
+
+    def __init__(self, spec: LLMSpec, hw: Hardware, max_batched_tokens: int = 8192,
+                 hbm_utilization: float = DEFAULT_HBM_UTILIZATION):
+        check_hardware(spec, hw)
+        self.spec, self.hw = spec, hw
+        self.name = f"{spec.name} on {hw.cards} x {hw.chip.name}"
+        self.kv_bytes_per_token = kv_bytes_per_token(spec, hw)
+        act = activation_bytes(spec, hw, forward_kernels(spec, hw, prefill=[(max_batched_tokens, 0)], costed=False),
+                               max_batched_tokens)
+        self.kv_budget_bytes = int(capacity_bytes(hw, hbm_utilization) - weights_bytes(spec, hw) - act)
+        if self.kv_budget_bytes < self.kv_bytes_per_token * 128:
+            use = HBMUse(weights_bytes(spec, hw), 0, act, capacity_bytes(hw, hbm_utilization))
+            raise HBMCapacityError(f"{self.name}: no room for a KV cache: {describe(use)}. Fix: more cards (tp), "
+                                   "int8 weights, or a smaller max_batched_tokens")
+        self._memo: dict[tuple, float] = {}
+
+    def step_ms(self, prefill: Sequence[tuple[int, int]], decode: Sequence[int]) -> float:
+        n = len(decode)
+        ctx = round(sum(decode) / n / 16) * 16 if n else 0
+        key = (tuple(sorted((int(c), int(p) // 16 * 16) for c, p in prefill)), n, ctx)
+        t = self._memo.get(key)
+        if t is None:
+            ks = forward_kernels(self.spec, self.hw, prefill=[(c, p) for c, p in key[0]], decode=[max(1, ctx)] * n)
+            t = self._memo[key] = step_time_us(ks) / 1000
+        return t
+
+
+def step_model(model, chip: str | Chip = "Ascend910B1", cards: int = 1, tp: int | None = None,
+               precision: str = "fp16", *, ep: int = 1, kv_dtype: str | None = None, topology=None,
+               launch_us: float = 0.0, max_batched_tokens: int = 8192,
+               hbm_utilization: float = DEFAULT_HBM_UTILIZATION) -> ChipStepModel:
+    """The serving simulator's view of ``model`` on ``cards`` x ``chip``."""
+    spec = spec_of(model)
+    hw = hardware(chip, cards, tp, ep, precision, kv_dtype, topology, launch_us)
+    if hw.cards // hw.tp > 1:
+        raise LLMConfigError(f"cards = {cards}, tp = {hw.tp}: serving models one replica. Fix: tp=cards, or serve "
+                             "each replica on its own")
+    return ChipStepModel(spec, hw, max_batched_tokens, hbm_utilization)
+
+
+__all__ = ["ChipStepModel", "LLMReport", "cards_needed", "check_fits", "default_topology", "hardware", "hbm_use",
+           "largest_batch", "simulate_generation", "step_model"]

@@ -1,0 +1,576 @@
+"""LLM serving simulator: requests arrive, a scheduler batches them step by step as vLLM and MindIE
+do, and a `StepModel` says how long each step takes. Reports TTFT, TPOT, end-to-end latency,
+throughput, preemptions and KV-cache occupancy.
+
+``simulate_serving(step_model, ...)`` runs one of two schedulers:
+
+* ``"continuous"`` (vLLM v1-style iteration-level batching): every step first gives one token to
+  each running sequence that is decoding, then continues the running sequences whose prefill is
+  not finished, then admits waiting requests first come first served, while the step's token
+  budget (``max_batched_tokens``) and ``max_num_seqs`` allow. A prompt longer than the budget left
+  is split across steps (chunked prefill). The KV cache is paged: a sequence holds
+  ``ceil(tokens in cache / block_size)`` blocks of a pool of
+  ``kv_budget_bytes // (kv_bytes_per_token * block_size)``. When a decode needs a new block and
+  none is free, the most recently admitted running sequence is preempted in recompute mode (its
+  blocks are freed; it goes back to the head of the waiting queue and later prefills its prompt
+  and the tokens it had generated again). If a step would run nothing at all because partial
+  prefills hold every block, the most recently admitted sequence is preempted the same way.
+* ``"static"`` (request-level batching): a batch of waiting requests is formed (up to
+  ``max_num_seqs``, each reserving blocks for its whole prompt + output up front, as a cache
+  without paging must), its prompts are prefilled (chunked by ``max_batched_tokens``), then it
+  decodes until its longest request ends; only then is the next batch formed.
+
+Time advances by ``step_model.step_ms`` of each step and jumps to the next arrival when nothing is
+running. One step = one forward pass: a request's first token comes out of the step that finishes
+its prefill, each later token out of one decode step.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from .lengths import LENGTHS_TOML, sample_lengths
+from .step_model import StepModel
+
+SCHEDULERS = ("continuous", "static")
+MAX_OCCUPANCY_POINTS = 500
+# Tests set this to audit the block accounting after every step (`_Sim.audit`); off, it costs nothing.
+AUDIT_BLOCKS = False
+
+
+class ServingConfigError(ValueError):
+    """A serving simulation that cannot run as asked; the message names the rule, the value and a fix."""
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request: when it arrived, what it asked for and when it was served (seconds from t=0;
+    latencies in ms). ``tpot_ms`` is ``(e2e - ttft) / (output_tokens - 1)``, NaN for one token."""
+
+    id: int
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    first_token_s: float
+    finish_s: float
+    ttft_ms: float
+    tpot_ms: float
+    e2e_ms: float
+    preemptions: int
+    generated_tokens: int
+
+
+@dataclass
+class ServeReport:
+    """What a serving simulation measured. ``to_dict()`` gives it as plain Python values."""
+
+    scheduler: str
+    step_model: str
+    parameters: dict[str, Any]
+    requests: int
+    ttft_ms_p50: float
+    ttft_ms_p90: float
+    ttft_ms_p99: float
+    tpot_ms_p50: float
+    tpot_ms_p90: float
+    tpot_ms_p99: float
+    e2e_ms_p50: float
+    e2e_ms_p99: float
+    output_tokens_per_s: float
+    requests_per_s: float
+    duration_s: float
+    preemptions: int
+    steps: int
+    mean_batch_size: float
+    kv_blocks: int
+    kv_occupancy: list[tuple[float, float]]
+    records: list[RequestRecord] = field(repr=False)
+
+    def to_dict(self, include_records: bool = False) -> dict[str, Any]:
+        d = {k: v for k, v in asdict(self).items() if k != "records"}
+        d["kv_occupancy"] = [list(p) for p in self.kv_occupancy]
+        if include_records:
+            d["records"] = [asdict(r) for r in self.records]
+        return d
+
+    def summary(self) -> str:
+        p = self.parameters
+        return "\n".join([
+            f"{self.requests} requests on {self.step_model}, {self.scheduler} batching "
+            f"(rate {p['rate']} req/s, max_batched_tokens {p['max_batched_tokens']}, "
+            f"max_num_seqs {p['max_num_seqs']}, {self.kv_blocks} KV blocks of {p['block_size']})",
+            f"  TTFT ms  p50 {self.ttft_ms_p50:10.1f}  p90 {self.ttft_ms_p90:10.1f}  p99 {self.ttft_ms_p99:10.1f}",
+            f"  TPOT ms  p50 {self.tpot_ms_p50:10.2f}  p90 {self.tpot_ms_p90:10.2f}  p99 {self.tpot_ms_p99:10.2f}",
+            f"  E2E  ms  p50 {self.e2e_ms_p50:10.1f}  p99 {self.e2e_ms_p99:10.1f}",
+            f"  {self.output_tokens_per_s:,.0f} output tokens/s, {self.requests_per_s:.2f} requests/s over "
+            f"{self.duration_s:.1f} s; {self.steps} steps, mean batch {self.mean_batch_size:.1f}, "
+            f"{self.preemptions} preemptions",
+        ])
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+# ---------------------------------------------------------------------------------------------
+# inputs
+
+
+def _check_int(name: str, value: Any, fix: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ServingConfigError(f"{name} must be an integer >= {minimum} (got {value!r}). Fix: {fix}")
+    return int(value)
+
+
+def _read_trace(lengths: str | Path | Sequence[Sequence[float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, str]:
+    """(prompt, output, arrival or None, description) of a user's trace."""
+    if isinstance(lengths, (str, Path)):
+        path = Path(lengths)
+        if not path.is_file():
+            raise ServingConfigError(f"lengths must be a CSV file or a list of (prompt, output) pairs; "
+                                     f"no file at {str(path)!r}. Fix: pass an existing path.")
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            cols = [c.strip() for c in (reader.fieldnames or [])]
+            if "prompt_tokens" not in cols or "output_tokens" not in cols:
+                raise ServingConfigError(f"a trace CSV needs the columns prompt_tokens,output_tokens[,arrival_s]; "
+                                         f"{path} has {cols}. Fix: rename its columns.")
+            rows = []
+            for r in reader:
+                r = {k.strip(): v for k, v in r.items() if k is not None}
+                rows.append((r["prompt_tokens"], r["output_tokens"]) + ((r["arrival_s"],) if "arrival_s" in cols else ()))
+        desc = f"trace {path}"
+    else:
+        rows = [tuple(r) for r in lengths]
+        desc = "trace (list)"
+    if not rows:
+        raise ServingConfigError("the trace has no requests (got 0 rows). Fix: give at least one (prompt, output) row.")
+    width = {len(r) for r in rows}
+    if not width <= {2, 3} or len(width) != 1:
+        raise ServingConfigError(f"every trace row must be (prompt, output) or (prompt, output, arrival_s); "
+                                 f"got rows of lengths {sorted(width)}. Fix: make the rows alike.")
+    prompt, output, arrival = [], [], []
+    for k, r in enumerate(rows):
+        try:
+            p, o = float(r[0]), float(r[1])
+        except (TypeError, ValueError):
+            raise ServingConfigError(f"trace row {k}: prompt and output must be token counts (got {r[0]!r}, {r[1]!r}). "
+                                     f"Fix: write whole numbers.") from None
+        if p != int(p) or o != int(o) or p < 1 or o < 1:
+            raise ServingConfigError(f"trace row {k}: prompt and output must be whole numbers >= 1 token "
+                                     f"(got prompt {r[0]!r}, output {r[1]!r}). Fix: drop or correct that row.")
+        prompt.append(int(p))
+        output.append(int(o))
+        if len(r) == 3:
+            a = float(r[2])
+            if not (math.isfinite(a) and a >= 0):
+                raise ServingConfigError(f"trace row {k}: arrival_s must be a finite time >= 0 s (got {r[2]!r}). "
+                                         f"Fix: correct it, or leave the column out to draw Poisson arrivals at `rate`.")
+            arrival.append(a)
+    arr = np.array(arrival, dtype=np.float64) if arrival else None
+    return np.array(prompt, dtype=np.int64), np.array(output, dtype=np.int64), arr, desc
+
+
+def _poisson_arrivals(rng: np.random.Generator, n: int, rate: float) -> np.ndarray:
+    if math.isinf(rate):
+        return np.zeros(n)
+    return np.cumsum(rng.exponential(1.0 / rate, size=n))
+
+
+# ---------------------------------------------------------------------------------------------
+# the simulation
+
+
+class _Sim:
+    """The state of one run: per-request arrays indexed by request id (ids in arrival order)."""
+
+    def __init__(self, step_model, arrival, prompt, outlen, block_size, pool, progress, scheduler):
+        self.m = step_model
+        self.arrival, self.prompt, self.outlen = arrival, prompt, outlen
+        n = len(prompt)
+        self.n = n
+        self.bs = block_size
+        self.pool = pool
+        self.free = pool
+        self.computed = np.zeros(n, np.int64)  # tokens in the KV cache
+        self.out = np.zeros(n, np.int64)  # tokens generated so far
+        self.blocks = np.zeros(n, np.int64)  # KV blocks held
+        self.first = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.preempt = np.zeros(n, np.int64)
+        self.t = 0.0
+        self.nxt = 0  # next request to arrive
+        self.waiting: deque[int] = deque()
+        self.done = 0
+        self.steps = 0
+        self.batch_sum = 0
+        self.occ_t: list[float] = []
+        self.occ_used: list[int] = []
+        self.bar = tqdm(total=n, disable=not progress, unit="req", desc=f"serving ({scheduler})", leave=False)
+
+    def arrive(self) -> None:
+        arrival, t, n = self.arrival, self.t, self.n
+        while self.nxt < n and arrival[self.nxt] <= t:
+            self.waiting.append(self.nxt)
+            self.nxt += 1
+
+    def step(self, prefill: list[tuple[int, int]], decode: list[int]) -> None:
+        dt = self.m.step_ms(prefill, decode)
+        if not (dt > 0 and math.isfinite(dt)):
+            raise ValueError(f"{getattr(self.m, 'name', self.m)!r}.step_ms must return a finite time > 0 ms "
+                             f"(got {dt!r} for {len(prefill)} prefill chunks and {len(decode)} decodes). "
+                             f"Fix: the step model.")
+        self.occ_t.append(self.t)
+        self.occ_used.append(self.pool - self.free)
+        self.t += dt / 1000.0
+        self.steps += 1
+        self.batch_sum += len(prefill) + len(decode)
+
+    def audit(self, paged: bool) -> None:
+        """The block pool is never overdrawn and the blocks held add up to what is not free; with
+        paging, every sequence holds exactly ceil(tokens in its cache / block_size) blocks."""
+        held = int(self.blocks.sum())
+        if not (0 <= self.free <= self.pool and held + self.free == self.pool):
+            raise AssertionError(f"KV blocks: {held} held + {self.free} free != pool {self.pool}")
+        if paged and not np.array_equal(self.blocks, -(-self.computed // self.bs)):
+            raise AssertionError("a sequence holds more or fewer blocks than its cached tokens need")
+
+    def finished(self, ids: np.ndarray) -> None:
+        if ids.size:
+            self.finish[ids] = self.t
+            self.done += int(ids.size)
+            self.bar.update(int(ids.size))
+
+    # --- continuous batching ------------------------------------------------------------------
+
+    def _preempt(self, v: int) -> None:
+        self.free += int(self.blocks[v])
+        self.blocks[v] = 0
+        self.computed[v] = 0
+        self.preempt[v] += 1
+
+    def _decodes_short_of_blocks(self, run: np.ndarray, dec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Give each decode its block in running order, preempting from the tail of ``run`` (the
+        most recently admitted) when none is free. Returns (decodes kept, run left)."""
+        bs, blocks, computed = self.bs, self.blocks, self.computed
+        run_list = run.tolist()
+        j = len(run_list)  # run_list[:j] still running
+        gone: list[int] = []
+        kept: list[int] = []
+        for i in dec.tolist():
+            if gone and gone[-1] == i:
+                break
+            need = (int(computed[i]) + bs) // bs - int(blocks[i])
+            while need > self.free:
+                j -= 1
+                v = run_list[j]
+                self._preempt(v)
+                gone.append(v)
+                if v == i:
+                    break
+            if gone and gone[-1] == i:
+                break
+            blocks[i] += need
+            self.free -= need
+            kept.append(i)
+        for v in gone:  # the last one preempted (earliest admitted) ends at the head
+            self.waiting.appendleft(v)
+        return np.array(kept, np.int64), np.array(run_list[:j], np.int64)
+
+    def run_continuous(self, max_tokens: int, max_seqs: int) -> None:
+        prompt, outlen, computed, out, blocks, first = self.prompt, self.outlen, self.computed, self.out, self.blocks, self.first
+        bs = self.bs
+        run = np.empty(0, np.int64)  # running sequences in admission order
+        empty = run
+        while self.done < self.n:
+            self.arrive()
+            if run.size == 0 and not self.waiting:
+                self.t = max(self.t, float(self.arrival[self.nxt]))
+                continue
+            budget = max_tokens
+            # 1. one token for every running sequence that is decoding
+            dec = empty
+            if run.size:
+                o = out[run]
+                is_dec = (o > 0) & (prompt[run] + o - computed[run] == 1)
+                dec = run[is_dec]
+                if dec.size > budget:
+                    dec = dec[:budget]
+                if dec.size:
+                    need = (computed[dec] + bs) // bs - blocks[dec]
+                    total = int(need.sum())
+                    if total <= self.free:
+                        blocks[dec] += need
+                        self.free -= total
+                    else:
+                        dec, run = self._decodes_short_of_blocks(run, dec)
+                budget -= dec.size
+            pre_ids: list[int] = []
+            pre: list[tuple[int, int]] = []
+            # 2. running sequences whose prefill (or recompute) is not finished
+            if run.size and budget > 0:
+                o = out[run]
+                partial = run[~((o > 0) & (prompt[run] + o - computed[run] == 1))]
+                for i in partial.tolist():
+                    if budget <= 0:
+                        break
+                    c = int(computed[i])
+                    n = min(int(prompt[i] + out[i]) - c, budget, (int(blocks[i]) + self.free) * bs - c)
+                    if n <= 0:
+                        continue
+                    nb = -(-(c + n) // bs) - int(blocks[i])
+                    blocks[i] += nb
+                    self.free -= nb
+                    budget -= n
+                    pre_ids.append(i)
+                    pre.append((n, c))
+            # 3. waiting requests, first come first served
+            new: list[int] = []
+            while self.waiting and budget > 0 and run.size + len(new) < max_seqs:
+                i = self.waiting[0]
+                c = int(computed[i])  # 0: a preempted request starts over
+                n = min(int(prompt[i] + out[i]) - c, budget)
+                nb = -(-(c + n) // bs) - int(blocks[i])
+                if nb > self.free:
+                    break
+                self.waiting.popleft()
+                blocks[i] += nb
+                self.free -= nb
+                budget -= n
+                pre_ids.append(i)
+                pre.append((n, c))
+                new.append(i)
+            if new:
+                run = np.concatenate([run, np.array(new, np.int64)])
+            if not pre and dec.size == 0:
+                if run.size == 0:
+                    raise RuntimeError("serving simulation stuck with nothing to schedule (a bug)")
+                v = int(run[-1])  # partial prefills hold every block: free the latest one
+                self._preempt(v)
+                self.waiting.appendleft(v)
+                run = run[:-1]
+                continue
+            self.step(pre, computed[dec].tolist())
+            t = self.t
+            fin = empty
+            if dec.size:
+                computed[dec] += 1
+                out[dec] += 1
+                fin = dec[out[dec] == outlen[dec]]
+            if pre:
+                p = np.array(pre_ids, np.int64)
+                computed[p] += np.array([n for n, _ in pre], np.int64)
+                p = p[computed[p] == prompt[p] + out[p]]
+                if p.size:
+                    out[p] += 1
+                    f = p[np.isnan(first[p])]
+                    first[f] = t
+                    fin = np.concatenate([fin, p[out[p] == outlen[p]]])
+            if fin.size:
+                self.free += int(blocks[fin].sum())
+                blocks[fin] = 0
+                computed[fin] = 0  # its cache is freed
+                self.finished(fin)
+                run = run[out[run] < outlen[run]]
+            if AUDIT_BLOCKS:
+                self.audit(paged=True)
+
+    # --- static batching ----------------------------------------------------------------------
+
+    def run_static(self, max_tokens: int, max_seqs: int) -> None:
+        prompt, outlen, computed, out, first, bs = self.prompt, self.outlen, self.computed, self.out, self.first, self.bs
+        reserve = -(-(prompt + outlen) // bs)
+        while self.done < self.n:
+            self.arrive()
+            if not self.waiting:
+                self.t = max(self.t, float(self.arrival[self.nxt]))
+                continue
+            batch: list[int] = []
+            while self.waiting and len(batch) < max_seqs and reserve[self.waiting[0]] <= self.free:
+                i = self.waiting.popleft()
+                batch.append(i)
+                self.blocks[i] = reserve[i]
+                self.free -= int(reserve[i])
+            pending = deque(batch)
+            while pending:  # prefill, chunked by the token budget
+                budget, ids, pre = max_tokens, [], []
+                while pending and budget > 0:
+                    i = pending[0]
+                    c = int(computed[i])
+                    n = min(int(prompt[i]) - c, budget)
+                    ids.append(i)
+                    pre.append((n, c))
+                    budget -= n
+                    if c + n == prompt[i]:
+                        pending.popleft()
+                self.step(pre, [])
+                p = np.array(ids, np.int64)
+                computed[p] += np.array([n for n, _ in pre], np.int64)
+                p = p[computed[p] == prompt[p]]
+                out[p] = 1
+                first[p] = self.t
+                self.finished(p[outlen[p] == 1])
+                if AUDIT_BLOCKS:
+                    self.audit(paged=False)
+            b = np.array(batch, np.int64)
+            b = b[out[b] < outlen[b]]
+            while b.size:  # decode until the longest request of the batch ends
+                self.step([], (prompt[b] + out[b] - 1).tolist())
+                out[b] += 1
+                if AUDIT_BLOCKS:
+                    self.audit(paged=False)
+                self.finished(b[out[b] == outlen[b]])
+                b = b[out[b] < outlen[b]]
+            computed[batch] = 0  # the batch's cache is freed
+            self.blocks[batch] = 0
+            self.free = self.pool
+
+
+# ---------------------------------------------------------------------------------------------
+# the public call
+
+
+def _percentiles(x: np.ndarray, qs: Sequence[float]) -> list[float]:
+    x = x[~np.isnan(x)]
+    if x.size == 0:
+        return [math.nan for _ in qs]
+    return [float(v) for v in np.percentile(x, qs)]
+
+
+def simulate_serving(
+    step_model: StepModel,
+    requests: int = 1000,
+    rate: float = 10.0,
+    seed: int = 0,
+    scheduler: str = "continuous",
+    max_batched_tokens: int = 8192,
+    max_num_seqs: int = 256,
+    block_size: int = 128,
+    lengths: str | Path | Sequence[Sequence[float]] | None = None,
+    progress: bool = True,
+) -> ServeReport:
+    """Serve ``requests`` requests on ``step_model`` and report latencies and throughput.
+
+    * ``rate``: Poisson arrivals, requests per second (``float("inf")``: all at t=0).
+    * ``lengths``: None draws (prompt, output) token counts from the ShareGPT-like distribution
+      (``datasets/serving/``, `pypto_lab.llm.lengths`); or a user's trace, a list of
+      ``(prompt, output)`` or ``(prompt, output, arrival_s)`` rows, or the path of a CSV with
+      columns ``prompt_tokens,output_tokens[,arrival_s]``. A trace's first ``requests`` rows are
+      served (all of them if it has fewer); its ``arrival_s`` (sorted) replaces the Poisson draw.
+    * ``seed``: of the numpy Generator that draws lengths and arrivals; the same seed, the same run.
+    * ``scheduler``: ``"continuous"`` or ``"static"`` (see the module's docstring).
+    * ``max_batched_tokens``, ``max_num_seqs``: the step's token budget and sequence cap.
+    * ``block_size``: tokens per KV block.
+    * ``progress``: a tqdm bar over completed requests.
+    """
+    if scheduler not in SCHEDULERS:
+        raise ServingConfigError(f"scheduler must be one of {SCHEDULERS} (got {scheduler!r}). "
+                                 f"Fix: pass scheduler='continuous' or scheduler='static'.")
+    requests = _check_int("requests", requests, "pass the number of requests to serve, e.g. requests=1000.")
+    block_size = _check_int("block_size", block_size, "pass a positive number of tokens per KV block, e.g. block_size=128.")
+    max_batched_tokens = _check_int("max_batched_tokens", max_batched_tokens, "pass the tokens one step may run, e.g. 8192.")
+    max_num_seqs = _check_int("max_num_seqs", max_num_seqs, "pass how many sequences one step may run, e.g. 256.")
+    try:
+        rate = float(rate)
+    except (TypeError, ValueError):
+        rate = math.nan
+    if not rate > 0:
+        raise ServingConfigError(f"rate must be > 0 requests/s (got {rate!r}). "
+                                 f"Fix: pass a positive rate, or rate=float('inf') to send every request at t=0.")
+    if not isinstance(step_model, StepModel):
+        raise ServingConfigError(f"step_model must follow pypto_lab.llm.step_model.StepModel (name, kv_bytes_per_token, "
+                                 f"kv_budget_bytes, step_ms); got {type(step_model).__name__}. Fix: build one with the "
+                                 f"cost engine, or use pypto_lab.llm.linear_step.LinearStepModel.")
+    kv_tok = int(step_model.kv_bytes_per_token)
+    budget_bytes = int(step_model.kv_budget_bytes)
+    if kv_tok <= 0:
+        raise ServingConfigError(f"kv_bytes_per_token must be > 0 (got {kv_tok} from {step_model.name!r}). Fix: the step model.")
+    pool = budget_bytes // (kv_tok * block_size)
+    if pool < 1:
+        raise ServingConfigError(
+            f"the KV pool must hold at least one block: kv_budget_bytes // (kv_bytes_per_token * block_size) = "
+            f"{budget_bytes:,} // ({kv_tok:,} * {block_size}) = {pool}. Fix: a smaller block_size, more cards or a chip "
+            f"with more HBM (a larger kv_budget_bytes).")
+
+    rng = np.random.default_rng(seed)
+    if lengths is None:
+        prompt, outlen = sample_lengths(requests, rng)
+        arrival = _poisson_arrivals(rng, requests, rate)
+        source = f"ShareGPT-like ({LENGTHS_TOML.relative_to(LENGTHS_TOML.parents[2])})"
+    else:
+        prompt, outlen, arrival, source = _read_trace(lengths)
+        prompt, outlen = prompt[:requests], outlen[:requests]
+        if arrival is None:
+            arrival = _poisson_arrivals(rng, len(prompt), rate)
+        else:
+            arrival = arrival[:requests]
+            order = np.argsort(arrival, kind="stable")
+            prompt, outlen, arrival = prompt[order], outlen[order], arrival[order]
+    n = len(prompt)
+
+    need = -(-(prompt + outlen) // block_size)
+    bad = np.flatnonzero(need > pool)
+    if bad.size:
+        i = int(bad[0])
+        raise ServingConfigError(
+            f"request {i} can never fit the KV cache: prompt {prompt[i]} + output {outlen[i]} = {prompt[i] + outlen[i]} "
+            f"tokens need {need[i]} blocks of {block_size}, but the whole pool is {pool} blocks "
+            f"(kv_budget_bytes {budget_bytes:,} // (kv_bytes_per_token {kv_tok:,} * block_size {block_size})); "
+            f"{bad.size} of {n} requests are that long. Fix: shorten them (at most {pool * block_size} tokens), "
+            f"or serve on more cards or a chip with more HBM.")
+
+    sim = _Sim(step_model, arrival, prompt, outlen, block_size, pool, progress, scheduler)
+    try:
+        if scheduler == "continuous":
+            sim.run_continuous(max_batched_tokens, max_num_seqs)
+        else:
+            sim.run_static(max_batched_tokens, max_num_seqs)
+    finally:
+        sim.bar.close()
+
+    ttft = (sim.first - arrival) * 1e3
+    e2e = (sim.finish - arrival) * 1e3
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(outlen > 1, (e2e - ttft) / (outlen - 1), np.nan)
+    duration = float(sim.finish.max() - arrival.min())
+    occ_t = np.array(sim.occ_t)
+    occ = np.array(sim.occ_used, dtype=np.float64) / pool
+    if occ_t.size > MAX_OCCUPANCY_POINTS:
+        keep = np.unique(np.linspace(0, occ_t.size - 1, MAX_OCCUPANCY_POINTS).round().astype(np.int64))
+        occ_t, occ = occ_t[keep], occ[keep]
+    records = [
+        RequestRecord(i, float(arrival[i]), int(prompt[i]), int(outlen[i]), float(sim.first[i]), float(sim.finish[i]),
+                      float(ttft[i]), float(tpot[i]), float(e2e[i]), int(sim.preempt[i]), int(sim.out[i]))
+        for i in range(n)
+    ]
+    t50, t90, t99 = _percentiles(ttft, (50, 90, 99))
+    p50, p90, p99 = _percentiles(tpot, (50, 90, 99))
+    e50, e99 = _percentiles(e2e, (50, 99))
+    return ServeReport(
+        scheduler=scheduler,
+        step_model=str(step_model.name),
+        parameters=dict(scheduler=scheduler, requests=n, rate=rate, seed=seed, max_batched_tokens=max_batched_tokens,
+                        max_num_seqs=max_num_seqs, block_size=block_size, kv_blocks=pool, kv_bytes_per_token=kv_tok,
+                        kv_budget_bytes=budget_bytes, lengths=source),
+        requests=n,
+        ttft_ms_p50=t50, ttft_ms_p90=t90, ttft_ms_p99=t99,
+        tpot_ms_p50=p50, tpot_ms_p90=p90, tpot_ms_p99=p99,
+        e2e_ms_p50=e50, e2e_ms_p99=e99,
+        output_tokens_per_s=float(outlen.sum()) / duration,
+        requests_per_s=n / duration,
+        duration_s=duration,
+        preemptions=int(sim.preempt.sum()),
+        steps=sim.steps,
+        mean_batch_size=sim.batch_sum / max(sim.steps, 1),
+        kv_blocks=pool,
+        kv_occupancy=[(float(a), float(b)) for a, b in zip(occ_t, occ)],
+        records=records,
+    )

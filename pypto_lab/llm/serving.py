@@ -251,137 +251,156 @@ class _Sim:
 
     # --- continuous batching ------------------------------------------------------------------
 
-    def _preempt(self, v: int) -> None:
-        self.free += int(self.blocks[v])
-        self.blocks[v] = 0
-        self.computed[v] = 0
-        self.preempt[v] += 1
-
-    def _decodes_short_of_blocks(self, run: np.ndarray, dec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Give each decode its block in running order, preempting from the tail of ``run`` (the
-        most recently admitted) when none is free. Returns (decodes kept, run left)."""
-        bs, blocks, computed = self.bs, self.blocks, self.computed
-        run_list = run.tolist()
-        j = len(run_list)  # run_list[:j] still running
-        gone: list[int] = []
-        kept: list[int] = []
-        for i in dec.tolist():
-            if gone and gone[-1] == i:
-                break
-            need = (int(computed[i]) + bs) // bs - int(blocks[i])
-            while need > self.free:
-                j -= 1
-                v = run_list[j]
-                self._preempt(v)
-                gone.append(v)
-                if v == i:
-                    break
-            if gone and gone[-1] == i:
-                break
-            blocks[i] += need
-            self.free -= need
-            kept.append(i)
-        for v in gone:  # the last one preempted (earliest admitted) ends at the head
-            self.waiting.appendleft(v)
-        return np.array(kept, np.int64), np.array(run_list[:j], np.int64)
+    def audit_running(self, c: np.ndarray, b: np.ndarray) -> None:
+        """Continuous batching: the running sequences' blocks and the free ones make up the pool,
+        and each running sequence holds exactly ceil(tokens in its cache / block_size) blocks."""
+        held = int(b.sum())
+        if not (0 <= self.free <= self.pool and held + self.free == self.pool):
+            raise AssertionError(f"KV blocks: {held} held + {self.free} free != pool {self.pool}")
+        if not np.array_equal(b, -(-c // self.bs)):
+            raise AssertionError("a sequence holds more or fewer blocks than its cached tokens need")
 
     def run_continuous(self, max_tokens: int, max_seqs: int) -> None:
-        prompt, outlen, computed, out, blocks, first = self.prompt, self.outlen, self.computed, self.out, self.blocks, self.first
-        bs = self.bs
-        run = np.empty(0, np.int64)  # running sequences in admission order
-        empty = run
+        """The running sequences live in arrays of their own, in admission order, so a step of
+        decodes is a few vector operations; the per-request arrays are written when a sequence
+        leaves the running set (finished or preempted)."""
+        prompt, outlen, out, first, preempt, bs = self.prompt, self.outlen, self.out, self.first, self.preempt, self.bs
+        i64 = np.int64
+        ids = np.empty(0, i64)  # request id
+        c = np.empty(0, i64)  # tokens in its KV cache
+        gen = np.empty(0, i64)  # tokens generated so far
+        p = np.empty(0, i64)  # prompt tokens
+        L = np.empty(0, i64)  # output tokens asked for
+        b = np.empty(0, i64)  # KV blocks held
+        is_dec = np.empty(0, bool)  # decoding: its cache holds all its tokens but the last
+
+        def leave(v: int) -> None:  # preempt running position v (recompute mode); the caller truncates
+            i = int(ids[v])
+            self.free += int(b[v])
+            preempt[i] += 1
+            out[i] = gen[v]
+
         while self.done < self.n:
             self.arrive()
-            if run.size == 0 and not self.waiting:
+            if ids.size == 0 and not self.waiting:
                 self.t = max(self.t, float(self.arrival[self.nxt]))
                 continue
             budget = max_tokens
             # 1. one token for every running sequence that is decoding
-            dec = empty
-            if run.size:
-                o = out[run]
-                is_dec = (o > 0) & (prompt[run] + o - computed[run] == 1)
-                dec = run[is_dec]
-                if dec.size > budget:
-                    dec = dec[:budget]
-                if dec.size:
-                    need = (computed[dec] + bs) // bs - blocks[dec]
-                    total = int(need.sum())
-                    if total <= self.free:
-                        blocks[dec] += need
-                        self.free -= total
-                    else:
-                        dec, run = self._decodes_short_of_blocks(run, dec)
-                budget -= dec.size
-            pre_ids: list[int] = []
+            all_dec = np.count_nonzero(is_dec) == ids.size
+            if all_dec:  # the usual case: a prefix slice, no copies
+                dsel = slice(0, min(ids.size, budget))
+                nd = dsel.stop
+            else:
+                dsel = np.flatnonzero(is_dec)[:budget]
+                nd = dsel.size
+            if nd:
+                need = c[dsel] % bs == 0  # the paged invariant: a full last block needs a new one
+                total = int(np.count_nonzero(need))
+                if total <= self.free:
+                    b[dsel] += need
+                    self.free -= total
+                else:  # short of blocks: in running order, preempting from the tail
+                    positions = np.arange(nd) if isinstance(dsel, slice) else dsel
+                    j = ids.size
+                    kept: list[int] = []
+                    gone: list[int] = []
+                    for q in positions.tolist():
+                        if q >= j:
+                            break
+                        nq = 1 if c[q] % bs == 0 else 0
+                        while nq > self.free and j > q:
+                            j -= 1
+                            leave(j)
+                            gone.append(int(ids[j]))
+                        if q >= j:
+                            break
+                        b[q] += nq
+                        self.free -= nq
+                        kept.append(q)
+                    for i in gone:  # the last one preempted (earliest admitted) ends at the head
+                        self.waiting.appendleft(i)
+                    ids, c, gen, p, L, b, is_dec = ids[:j], c[:j], gen[:j], p[:j], L[:j], b[:j], is_dec[:j]
+                    dsel = np.array(kept, i64)
+                    nd = dsel.size
+                    all_dec = np.count_nonzero(is_dec) == ids.size
+                budget -= nd
+            pre_pos: list[int] = []
             pre: list[tuple[int, int]] = []
             # 2. running sequences whose prefill (or recompute) is not finished
-            if run.size and budget > 0:
-                o = out[run]
-                partial = run[~((o > 0) & (prompt[run] + o - computed[run] == 1))]
-                for i in partial.tolist():
+            if budget > 0 and not all_dec:
+                for q in np.flatnonzero(~is_dec).tolist():
                     if budget <= 0:
                         break
-                    c = int(computed[i])
-                    n = min(int(prompt[i] + out[i]) - c, budget, (int(blocks[i]) + self.free) * bs - c)
+                    cq = int(c[q])
+                    n = min(int(p[q] + gen[q]) - cq, budget, (int(b[q]) + self.free) * bs - cq)
                     if n <= 0:
                         continue
-                    nb = -(-(c + n) // bs) - int(blocks[i])
-                    blocks[i] += nb
+                    nb = -(-(cq + n) // bs) - int(b[q])
+                    b[q] += nb
                     self.free -= nb
                     budget -= n
-                    pre_ids.append(i)
-                    pre.append((n, c))
-            # 3. waiting requests, first come first served
-            new: list[int] = []
-            while self.waiting and budget > 0 and run.size + len(new) < max_seqs:
+                    pre_pos.append(q)
+                    pre.append((n, cq))
+            # 3. waiting requests, first come first served (a preempted one starts over)
+            new: list[tuple[int, int]] = []
+            while self.waiting and budget > 0 and ids.size + len(new) < max_seqs:
                 i = self.waiting[0]
-                c = int(computed[i])  # 0: a preempted request starts over
-                n = min(int(prompt[i] + out[i]) - c, budget)
-                nb = -(-(c + n) // bs) - int(blocks[i])
+                n = min(int(prompt[i] + out[i]), budget)
+                nb = -(-n // bs)
                 if nb > self.free:
                     break
                 self.waiting.popleft()
-                blocks[i] += nb
                 self.free -= nb
                 budget -= n
-                pre_ids.append(i)
-                pre.append((n, c))
-                new.append(i)
+                pre_pos.append(ids.size + len(new))
+                pre.append((n, 0))
+                new.append((i, nb))
             if new:
-                run = np.concatenate([run, np.array(new, np.int64)])
-            if not pre and dec.size == 0:
-                if run.size == 0:
+                na = np.array(new, i64)
+                nid = na[:, 0]
+                ids = np.concatenate([ids, nid])
+                c = np.concatenate([c, np.zeros(len(new), i64)])
+                gen = np.concatenate([gen, out[nid]])
+                p = np.concatenate([p, prompt[nid]])
+                L = np.concatenate([L, outlen[nid]])
+                b = np.concatenate([b, na[:, 1]])
+                is_dec = np.concatenate([is_dec, np.zeros(len(new), bool)])
+            if not pre and nd == 0:
+                if ids.size == 0:
                     raise RuntimeError("serving simulation stuck with nothing to schedule (a bug)")
-                v = int(run[-1])  # partial prefills hold every block: free the latest one
-                self._preempt(v)
-                self.waiting.appendleft(v)
-                run = run[:-1]
+                v = ids.size - 1  # partial prefills hold every block: free the latest one
+                leave(v)
+                self.waiting.appendleft(int(ids[v]))
+                ids, c, gen, p, L, b, is_dec = ids[:v], c[:v], gen[:v], p[:v], L[:v], b[:v], is_dec[:v]
                 continue
-            self.step(pre, computed[dec].tolist())
-            t = self.t
-            fin = empty
-            if dec.size:
-                computed[dec] += 1
-                out[dec] += 1
-                fin = dec[out[dec] == outlen[dec]]
+            self.step(pre, c[dsel].tolist() if nd else [])
+            if nd:
+                c[dsel] += 1
+                gen[dsel] += 1
             if pre:
-                p = np.array(pre_ids, np.int64)
-                computed[p] += np.array([n for n, _ in pre], np.int64)
-                p = p[computed[p] == prompt[p] + out[p]]
-                if p.size:
-                    out[p] += 1
-                    f = p[np.isnan(first[p])]
-                    first[f] = t
-                    fin = np.concatenate([fin, p[out[p] == outlen[p]]])
-            if fin.size:
-                self.free += int(blocks[fin].sum())
-                blocks[fin] = 0
-                computed[fin] = 0  # its cache is freed
-                self.finished(fin)
-                run = run[out[run] < outlen[run]]
+                pp = np.array(pre_pos, i64)
+                c[pp] += np.array([n for n, _ in pre], i64)
+                comp = pp[c[pp] == p[pp] + gen[pp]]
+                if comp.size:  # a prefill finished: its next token comes out of this step
+                    gen[comp] += 1
+                    is_dec[comp] = True
+                    cid = ids[comp]
+                    first[cid[np.isnan(first[cid])]] = self.t
+            done = gen == L
+            if np.count_nonzero(done):
+                fid = ids[done]
+                self.free += int(b[done].sum())
+                out[fid] = gen[done]
+                self.finished(fid)
+                keep = ~done
+                ids, c, gen, p, L, b, is_dec = ids[keep], c[keep], gen[keep], p[keep], L[keep], b[keep], is_dec[keep]
             if AUDIT_BLOCKS:
-                self.audit(paged=True)
+                self.audit_running(c, b)
+                # decoding implies all tokens but the last cached (the converse fails only for the
+                # last token of a recompute, which is still a prefill chunk)
+                if np.any(is_dec & ~((gen > 0) & (p + gen - c == 1))):
+                    raise AssertionError("a sequence is flagged decoding with tokens left to prefill")
 
     # --- static batching ----------------------------------------------------------------------
 

@@ -75,10 +75,20 @@ def test_tiny_pool_preempts_and_every_request_still_completes(audited):
     model = pool_of(12, block_size=16)
     r = serve(model, requests=120, rate=INF, block_size=16, max_num_seqs=32, lengths=[(60, 80)] * 40 + [(20, 100)] * 80)
     assert r.preemptions > 0
+    assert r.records[0].preemptions == 0  # the victim is the most recently admitted, never the oldest
     for rec in r.records:
         assert rec.generated_tokens == rec.output_tokens
         assert math.isfinite(rec.finish_s) and rec.finish_s >= rec.first_token_s >= rec.arrival_s
     assert max(f for _, f in r.kv_occupancy) <= 1.0
+
+
+def test_static_batch_runs_to_completion_before_the_next():
+    rows = [(10, 50, 0.0), (10, 2, 0.0), (10, 5, 0.001)]
+    stat = serve(lengths=rows, scheduler="static").records
+    cont = serve(lengths=rows, scheduler="continuous").records
+    assert stat[2].first_token_s >= stat[0].finish_s  # waited for the batch's longest request
+    assert cont[2].first_token_s < cont[0].finish_s  # joined the running batch
+    assert stat[1].finish_s < stat[0].finish_s  # a short request still ends early
 
 
 def test_large_pool_never_preempts():

@@ -200,9 +200,10 @@ class _Sim:
         self.bs = block_size
         self.pool = pool
         self.free = pool
-        self.computed = np.zeros(n, np.int64)  # tokens in the KV cache
+        # per request; continuous batching keeps its running sequences' state apart (run_continuous)
+        self.computed = np.zeros(n, np.int64)  # prompt tokens prefilled (static batching)
         self.out = np.zeros(n, np.int64)  # tokens generated so far
-        self.blocks = np.zeros(n, np.int64)  # KV blocks held
+        self.blocks = np.zeros(n, np.int64)  # KV blocks held (static batching)
         self.first = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)
         self.preempt = np.zeros(n, np.int64)
@@ -234,14 +235,16 @@ class _Sim:
         self.steps += 1
         self.batch_sum += len(prefill) + len(decode)
 
-    def audit(self, paged: bool) -> None:
-        """The block pool is never overdrawn and the blocks held add up to what is not free; with
-        paging, every sequence holds exactly ceil(tokens in its cache / block_size) blocks."""
+    def audit_static(self) -> None:
+        """Static batching: the blocks reserved and the free ones make up the pool, and every
+        request reserves at least what its cache holds."""
         held = int(self.blocks.sum())
         if not (0 <= self.free <= self.pool and held + self.free == self.pool):
             raise AssertionError(f"KV blocks: {held} held + {self.free} free != pool {self.pool}")
-        if paged and not np.array_equal(self.blocks, -(-self.computed // self.bs)):
-            raise AssertionError("a sequence holds more or fewer blocks than its cached tokens need")
+        cached = np.where(self.out > 0, self.prompt + self.out - 1, self.computed)
+        live = np.isnan(self.finish)
+        if np.any(live & (self.blocks * self.bs < cached)):
+            raise AssertionError("a request's cache outgrew the blocks reserved for it")
 
     def finished(self, ids: np.ndarray) -> None:
         if ids.size:
@@ -438,14 +441,14 @@ class _Sim:
                 first[p] = self.t
                 self.finished(p[outlen[p] == 1])
                 if AUDIT_BLOCKS:
-                    self.audit(paged=False)
+                    self.audit_static()
             b = np.array(batch, np.int64)
             b = b[out[b] < outlen[b]]
             while b.size:  # decode until the longest request of the batch ends
                 self.step([], (prompt[b] + out[b] - 1).tolist())
                 out[b] += 1
                 if AUDIT_BLOCKS:
-                    self.audit(paged=False)
+                    self.audit_static()
                 self.finished(b[out[b] == outlen[b]])
                 b = b[out[b] < outlen[b]]
             computed[batch] = 0  # the batch's cache is freed

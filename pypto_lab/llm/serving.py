@@ -276,6 +276,8 @@ class _Sim:
         L = np.empty(0, i64)  # output tokens asked for
         b = np.empty(0, i64)  # KV blocks held
         is_dec = np.empty(0, bool)  # decoding: its cache holds all its tokens but the last
+        n_dec = 0  # how many are
+        arrival, n_req = self.arrival, self.n
 
         def leave(v: int) -> None:  # preempt running position v (recompute mode); the caller truncates
             i = int(ids[v])
@@ -283,14 +285,15 @@ class _Sim:
             preempt[i] += 1
             out[i] = gen[v]
 
-        while self.done < self.n:
-            self.arrive()
+        while self.done < n_req:
+            if self.nxt < n_req and arrival[self.nxt] <= self.t:
+                self.arrive()
             if ids.size == 0 and not self.waiting:
                 self.t = max(self.t, float(self.arrival[self.nxt]))
                 continue
             budget = max_tokens
             # 1. one token for every running sequence that is decoding
-            all_dec = np.count_nonzero(is_dec) == ids.size
+            all_dec = n_dec == ids.size
             if all_dec:  # the usual case: a prefix slice, no copies
                 dsel = slice(0, min(ids.size, budget))
                 nd = dsel.stop
@@ -326,7 +329,8 @@ class _Sim:
                     ids, c, gen, p, L, b, is_dec = ids[:j], c[:j], gen[:j], p[:j], L[:j], b[:j], is_dec[:j]
                     dsel = np.array(kept, i64)
                     nd = dsel.size
-                    all_dec = np.count_nonzero(is_dec) == ids.size
+                    n_dec = int(np.count_nonzero(is_dec))
+                    all_dec = n_dec == ids.size
                 budget -= nd
             pre_pos: list[int] = []
             pre: list[tuple[int, int]] = []
@@ -376,6 +380,7 @@ class _Sim:
                 leave(v)
                 self.waiting.appendleft(int(ids[v]))
                 ids, c, gen, p, L, b, is_dec = ids[:v], c[:v], gen[:v], p[:v], L[:v], b[:v], is_dec[:v]
+                n_dec = int(np.count_nonzero(is_dec))
                 continue
             self.step(pre, c[dsel].tolist() if nd else [])
             if nd:
@@ -388,6 +393,7 @@ class _Sim:
                 if comp.size:  # a prefill finished: its next token comes out of this step
                     gen[comp] += 1
                     is_dec[comp] = True
+                    n_dec += comp.size
                     cid = ids[comp]
                     first[cid[np.isnan(first[cid])]] = self.t
             done = gen == L
@@ -396,13 +402,14 @@ class _Sim:
                 self.free += int(b[done].sum())
                 out[fid] = gen[done]
                 self.finished(fid)
+                n_dec -= fid.size  # a sequence ends on a token out of a decode or a finished prefill
                 keep = ~done
                 ids, c, gen, p, L, b, is_dec = ids[keep], c[keep], gen[keep], p[keep], L[keep], b[keep], is_dec[keep]
             if AUDIT_BLOCKS:
                 self.audit_running(c, b)
                 # decoding implies all tokens but the last cached (the converse fails only for the
                 # last token of a recompute, which is still a prefill chunk)
-                if np.any(is_dec & ~((gen > 0) & (p + gen - c == 1))):
+                if np.any(is_dec & ~((gen > 0) & (p + gen - c == 1))) or n_dec != np.count_nonzero(is_dec):
                     raise AssertionError("a sequence is flagged decoding with tokens left to prefill")
 
     # --- static batching ----------------------------------------------------------------------

@@ -196,6 +196,16 @@ def test_request_that_cannot_fit_names_rule_value_fix():
     assert "12 blocks" in msg and "pool is 10 blocks" in msg and "Fix" in msg and "1280 tokens" in msg
 
 
+def test_bad_csv_names_the_columns(tmp_path):
+    path = tmp_path / "trace.csv"
+    path.write_text("input,output\n10,5\n")
+    with pytest.raises(ServingConfigError, match=r"prompt_tokens,output_tokens.*has \['input', 'output'\].*Fix"):
+        serve(lengths=path)
+    path.write_text("prompt_tokens,output_tokens,arrival_s\n10,5,soon\n")
+    with pytest.raises(ServingConfigError, match=r"row 0: arrival_s must be a finite time >= 0 s \(got 'soon'\)"):
+        serve(lengths=path)
+
+
 def test_bad_trace_rows_and_scheduler():
     with pytest.raises(ServingConfigError, match=r"row 1.*>= 1 token.*Fix"):
         serve(lengths=[(10, 5), (0, 5)])

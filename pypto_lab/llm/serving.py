@@ -54,7 +54,9 @@ class ServingConfigError(ValueError):
 @dataclass(frozen=True)
 class RequestRecord:
     """One request: when it arrived, what it asked for and when it was served (seconds from t=0;
-    latencies in ms). ``tpot_ms`` is ``(e2e - ttft) / (output_tokens - 1)``, NaN for one token."""
+    latencies in ms). ``id`` is its place in arrival order (a trace's rows are sorted by
+    ``arrival_s``). ``tpot_ms`` is ``(e2e - ttft) / (output_tokens - 1)``, NaN for one token;
+    ``generated_tokens`` is what the simulation produced (equal to ``output_tokens`` once served)."""
 
     id: int
     arrival_s: float
@@ -170,7 +172,10 @@ def _read_trace(lengths: str | Path | Sequence[Sequence[float]]) -> tuple[np.nda
         prompt.append(int(p))
         output.append(int(o))
         if len(r) == 3:
-            a = float(r[2])
+            try:
+                a = float(r[2])
+            except (TypeError, ValueError):
+                a = math.nan
             if not (math.isfinite(a) and a >= 0):
                 raise ServingConfigError(f"trace row {k}: arrival_s must be a finite time >= 0 s (got {r[2]!r}). "
                                          f"Fix: correct it, or leave the column out to draw Poisson arrivals at `rate`.")

@@ -1,0 +1,610 @@
+"""LLM serving simulator: requests arrive, a scheduler batches them step by step as vLLM and MindIE
+do, and a `StepModel` says how long each step takes. Reports TTFT, TPOT, end-to-end latency,
+throughput, preemptions and KV-cache occupancy.
+
+``simulate_serving(step_model, ...)`` runs one of two schedulers:
+
+* ``"continuous"`` (vLLM v1-style iteration-level batching): every step first gives one token to
+  each running sequence that is decoding, then continues the running sequences whose prefill is
+  not finished, then admits waiting requests first come first served, while the step's token
+  budget (``max_batched_tokens``) and ``max_num_seqs`` allow. A prompt longer than the budget left
+  is split across steps (chunked prefill). The KV cache is paged: a sequence holds
+  ``ceil(tokens in cache / block_size)`` blocks of a pool of
+  ``kv_budget_bytes // (kv_bytes_per_token * block_size)``. When a decode needs a new block and
+  none is free, the most recently admitted running sequence is preempted in recompute mode (its
+  blocks are freed; it goes back to the head of the waiting queue and later prefills its prompt
+  and the tokens it had generated again). If a step would run nothing at all because partial
+  prefills hold every block, the most recently admitted sequence is preempted the same way.
+* ``"static"`` (request-level batching): a batch of waiting requests is formed (up to
+  ``max_num_seqs``, each reserving blocks for its whole prompt + output up front, as a cache
+  without paging must), its prompts are prefilled (chunked by ``max_batched_tokens``), then it
+  decodes until its longest request ends; only then is the next batch formed.
+
+Time advances by ``step_model.step_ms`` of each step and jumps to the next arrival when nothing is
+running. One step = one forward pass: a request's first token comes out of the step that finishes
+its prefill, each later token out of one decode step.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from .lengths import LENGTHS_TOML, sample_lengths
+from .step_model import StepModel
+
+SCHEDULERS = ("continuous", "static")
+MAX_OCCUPANCY_POINTS = 500
+# Tests set this to audit the block accounting after every step (`_Sim.audit`); off, it costs nothing.
+AUDIT_BLOCKS = False
+
+
+class ServingConfigError(ValueError):
+    """A serving simulation that cannot run as asked; the message names the rule, the value and a fix."""
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request: when it arrived, what it asked for and when it was served (seconds from t=0;
+    latencies in ms). ``id`` is its place in arrival order (a trace's rows are sorted by
+    ``arrival_s``). ``tpot_ms`` is ``(e2e - ttft) / (output_tokens - 1)``, NaN for one token;
+    ``generated_tokens`` is what the simulation produced (equal to ``output_tokens`` once served)."""
+
+    id: int
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    first_token_s: float
+    finish_s: float
+    ttft_ms: float
+    tpot_ms: float
+    e2e_ms: float
+    preemptions: int
+    generated_tokens: int
+
+
+@dataclass
+class ServeReport:
+    """What a serving simulation measured. ``to_dict()`` gives it as plain Python values."""
+
+    scheduler: str
+    step_model: str
+    parameters: dict[str, Any]
+    requests: int
+    ttft_ms_p50: float
+    ttft_ms_p90: float
+    ttft_ms_p99: float
+    tpot_ms_p50: float
+    tpot_ms_p90: float
+    tpot_ms_p99: float
+    e2e_ms_p50: float
+    e2e_ms_p99: float
+    output_tokens_per_s: float
+    requests_per_s: float
+    duration_s: float
+    preemptions: int
+    steps: int
+    mean_batch_size: float
+    kv_blocks: int
+    kv_occupancy: list[tuple[float, float]]
+    records: list[RequestRecord] = field(repr=False)
+
+    def to_dict(self, include_records: bool = False) -> dict[str, Any]:
+        d = {k: v for k, v in asdict(self).items() if k != "records"}
+        d["kv_occupancy"] = [list(p) for p in self.kv_occupancy]
+        if include_records:
+            d["records"] = [asdict(r) for r in self.records]
+        return d
+
+    def summary(self) -> str:
+        p = self.parameters
+        return "\n".join([
+            f"{self.requests} requests on {self.step_model}, {self.scheduler} batching "
+            f"(rate {p['rate']} req/s, max_batched_tokens {p['max_batched_tokens']}, "
+            f"max_num_seqs {p['max_num_seqs']}, {self.kv_blocks} KV blocks of {p['block_size']})",
+            f"  TTFT ms  p50 {self.ttft_ms_p50:10.1f}  p90 {self.ttft_ms_p90:10.1f}  p99 {self.ttft_ms_p99:10.1f}",
+            f"  TPOT ms  p50 {self.tpot_ms_p50:10.2f}  p90 {self.tpot_ms_p90:10.2f}  p99 {self.tpot_ms_p99:10.2f}",
+            f"  E2E  ms  p50 {self.e2e_ms_p50:10.1f}  p99 {self.e2e_ms_p99:10.1f}",
+            f"  {self.output_tokens_per_s:,.0f} output tokens/s, {self.requests_per_s:.2f} requests/s over "
+            f"{self.duration_s:.1f} s; {self.steps} steps, mean batch {self.mean_batch_size:.1f}, "
+            f"{self.preemptions} preemptions",
+        ])
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+# ---------------------------------------------------------------------------------------------
+# inputs
+
+
+def _check_int(name: str, value: Any, fix: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ServingConfigError(f"{name} must be an integer >= {minimum} (got {value!r}). Fix: {fix}")
+    return int(value)
+
+
+def _read_trace(lengths: str | Path | Sequence[Sequence[float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, str]:
+    """(prompt, output, arrival or None, description) of a user's trace."""
+    if isinstance(lengths, (str, Path)):
+        path = Path(lengths)
+        if not path.is_file():
+            raise ServingConfigError(f"lengths must be a CSV file or a list of (prompt, output) pairs; "
+                                     f"no file at {str(path)!r}. Fix: pass an existing path.")
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            cols = [c.strip() for c in (reader.fieldnames or [])]
+            if "prompt_tokens" not in cols or "output_tokens" not in cols:
+                raise ServingConfigError(f"a trace CSV needs the columns prompt_tokens,output_tokens[,arrival_s]; "
+                                         f"{path} has {cols}. Fix: rename its columns.")
+            rows = []
+            for r in reader:
+                r = {k.strip(): v for k, v in r.items() if k is not None}
+                rows.append((r["prompt_tokens"], r["output_tokens"]) + ((r["arrival_s"],) if "arrival_s" in cols else ()))
+        desc = f"trace {path}"
+    else:
+        rows = [tuple(r) for r in lengths]
+        desc = "trace (list)"
+    if not rows:
+        raise ServingConfigError("the trace has no requests (got 0 rows). Fix: give at least one (prompt, output) row.")
+    width = {len(r) for r in rows}
+    if not width <= {2, 3} or len(width) != 1:
+        raise ServingConfigError(f"every trace row must be (prompt, output) or (prompt, output, arrival_s); "
+                                 f"got rows of lengths {sorted(width)}. Fix: make the rows alike.")
+    prompt, output, arrival = [], [], []
+    for k, r in enumerate(rows):
+        try:
+            p, o = float(r[0]), float(r[1])
+        except (TypeError, ValueError):
+            raise ServingConfigError(f"trace row {k}: prompt and output must be token counts (got {r[0]!r}, {r[1]!r}). "
+                                     f"Fix: write whole numbers.") from None
+        if p != int(p) or o != int(o) or p < 1 or o < 1:
+            raise ServingConfigError(f"trace row {k}: prompt and output must be whole numbers >= 1 token "
+                                     f"(got prompt {r[0]!r}, output {r[1]!r}). Fix: drop or correct that row.")
+        prompt.append(int(p))
+        output.append(int(o))
+        if len(r) == 3:
+            try:
+                a = float(r[2])
+            except (TypeError, ValueError):
+                a = math.nan
+            if not (math.isfinite(a) and a >= 0):
+                raise ServingConfigError(f"trace row {k}: arrival_s must be a finite time >= 0 s (got {r[2]!r}). "
+                                         f"Fix: correct it, or leave the column out to draw Poisson arrivals at `rate`.")
+            arrival.append(a)
+    arr = np.array(arrival, dtype=np.float64) if arrival else None
+    return np.array(prompt, dtype=np.int64), np.array(output, dtype=np.int64), arr, desc
+
+
+def _poisson_arrivals(rng: np.random.Generator, n: int, rate: float) -> np.ndarray:
+    if math.isinf(rate):
+        return np.zeros(n)
+    return np.cumsum(rng.exponential(1.0 / rate, size=n))
+
+
+# ---------------------------------------------------------------------------------------------
+# the simulation
+
+
+class _Sim:
+    """The state of one run: per-request arrays indexed by request id (ids in arrival order)."""
+
+    def __init__(self, step_model, arrival, prompt, outlen, block_size, pool, progress, scheduler):
+        self.m = step_model
+        self.arrival, self.prompt, self.outlen = arrival, prompt, outlen
+        n = len(prompt)
+        self.n = n
+        self.bs = block_size
+        self.pool = pool
+        self.free = pool
+        # per request; continuous batching keeps its running sequences' state apart (run_continuous)
+        self.computed = np.zeros(n, np.int64)  # prompt tokens prefilled (static batching)
+        self.out = np.zeros(n, np.int64)  # tokens generated so far
+        self.blocks = np.zeros(n, np.int64)  # KV blocks held (static batching)
+        self.first = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.preempt = np.zeros(n, np.int64)
+        self.t = 0.0
+        self.nxt = 0  # next request to arrive
+        self.waiting: deque[int] = deque()
+        self.done = 0
+        self.steps = 0
+        self.batch_sum = 0
+        self.occ_t: list[float] = []
+        self.occ_used: list[int] = []
+        self.bar = tqdm(total=n, disable=not progress, unit="req", desc=f"serving ({scheduler})", leave=False)
+
+    def arrive(self) -> None:
+        arrival, t, n = self.arrival, self.t, self.n
+        while self.nxt < n and arrival[self.nxt] <= t:
+            self.waiting.append(self.nxt)
+            self.nxt += 1
+
+    def step(self, prefill: list[tuple[int, int]], decode: list[int]) -> None:
+        dt = self.m.step_ms(prefill, decode)
+        if not (dt > 0 and math.isfinite(dt)):
+            raise ValueError(f"{getattr(self.m, 'name', self.m)!r}.step_ms must return a finite time > 0 ms "
+                             f"(got {dt!r} for {len(prefill)} prefill chunks and {len(decode)} decodes). "
+                             f"Fix: the step model.")
+        self.occ_t.append(self.t)
+        self.occ_used.append(self.pool - self.free)
+        self.t += dt / 1000.0
+        self.steps += 1
+        self.batch_sum += len(prefill) + len(decode)
+
+    def audit_static(self) -> None:
+        """Static batching: the blocks reserved and the free ones make up the pool, and every
+        request reserves at least what its cache holds."""
+        held = int(self.blocks.sum())
+        if not (0 <= self.free <= self.pool and held + self.free == self.pool):
+            raise AssertionError(f"KV blocks: {held} held + {self.free} free != pool {self.pool}")
+        cached = np.where(self.out > 0, self.prompt + self.out - 1, self.computed)
+        live = np.isnan(self.finish)
+        if np.any(live & (self.blocks * self.bs < cached)):
+            raise AssertionError("a request's cache outgrew the blocks reserved for it")
+
+    def finished(self, ids: np.ndarray) -> None:
+        if ids.size:
+            self.finish[ids] = self.t
+            self.done += int(ids.size)
+            self.bar.update(int(ids.size))
+
+    # --- continuous batching ------------------------------------------------------------------
+
+    def audit_running(self, c: np.ndarray, b: np.ndarray) -> None:
+        """Continuous batching: the running sequences' blocks and the free ones make up the pool,
+        and each running sequence holds exactly ceil(tokens in its cache / block_size) blocks."""
+        held = int(b.sum())
+        if not (0 <= self.free <= self.pool and held + self.free == self.pool):
+            raise AssertionError(f"KV blocks: {held} held + {self.free} free != pool {self.pool}")
+        if not np.array_equal(b, -(-c // self.bs)):
+            raise AssertionError("a sequence holds more or fewer blocks than its cached tokens need")
+
+    def run_continuous(self, max_tokens: int, max_seqs: int) -> None:
+        """The running sequences live in arrays of their own, in admission order, so a step of
+        decodes is a few vector operations; the per-request arrays are written when a sequence
+        leaves the running set (finished or preempted)."""
+        prompt, outlen, out, first, preempt, bs = self.prompt, self.outlen, self.out, self.first, self.preempt, self.bs
+        i64 = np.int64
+        ids = np.empty(0, i64)  # request id
+        c = np.empty(0, i64)  # tokens in its KV cache
+        gen = np.empty(0, i64)  # tokens generated so far
+        p = np.empty(0, i64)  # prompt tokens
+        L = np.empty(0, i64)  # output tokens asked for
+        b = np.empty(0, i64)  # KV blocks held
+        is_dec = np.empty(0, bool)  # decoding: its cache holds all its tokens but the last
+        n_dec = 0  # how many are
+        arrival, n_req = self.arrival, self.n
+
+        def leave(v: int) -> None:  # preempt running position v (recompute mode); the caller truncates
+            i = int(ids[v])
+            self.free += int(b[v])
+            preempt[i] += 1
+            out[i] = gen[v]
+
+        while self.done < n_req:
+            if self.nxt < n_req and arrival[self.nxt] <= self.t:
+                self.arrive()
+            if ids.size == 0 and not self.waiting:
+                self.t = max(self.t, float(self.arrival[self.nxt]))
+                continue
+            budget = max_tokens
+            # 1. one token for every running sequence that is decoding
+            all_dec = n_dec == ids.size
+            if all_dec:  # the usual case: a prefix slice, no copies
+                dsel = slice(0, min(ids.size, budget))
+                nd = dsel.stop
+            else:
+                dsel = np.flatnonzero(is_dec)[:budget]
+                nd = dsel.size
+            if nd:
+                need = c[dsel] % bs == 0  # the paged invariant: a full last block needs a new one
+                total = int(np.count_nonzero(need))
+                if total <= self.free:
+                    b[dsel] += need
+                    self.free -= total
+                else:  # short of blocks: in running order, preempting from the tail
+                    positions = np.arange(nd) if isinstance(dsel, slice) else dsel
+                    j = ids.size
+                    kept: list[int] = []
+                    gone: list[int] = []
+                    for q in positions.tolist():
+                        if q >= j:
+                            break
+                        nq = 1 if c[q] % bs == 0 else 0
+                        while nq > self.free and j > q:
+                            j -= 1
+                            leave(j)
+                            gone.append(int(ids[j]))
+                        if q >= j:
+                            break
+                        b[q] += nq
+                        self.free -= nq
+                        kept.append(q)
+                    for i in gone:  # the last one preempted (earliest admitted) ends at the head
+                        self.waiting.appendleft(i)
+                    ids, c, gen, p, L, b, is_dec = ids[:j], c[:j], gen[:j], p[:j], L[:j], b[:j], is_dec[:j]
+                    dsel = np.array(kept, i64)
+                    nd = dsel.size
+                    n_dec = int(np.count_nonzero(is_dec))
+                    all_dec = n_dec == ids.size
+                budget -= nd
+            pre_pos: list[int] = []
+            pre: list[tuple[int, int]] = []
+            # 2. running sequences whose prefill (or recompute) is not finished
+            if budget > 0 and not all_dec:
+                for q in np.flatnonzero(~is_dec).tolist():
+                    if budget <= 0:
+                        break
+                    cq = int(c[q])
+                    n = min(int(p[q] + gen[q]) - cq, budget, (int(b[q]) + self.free) * bs - cq)
+                    if n <= 0:
+                        continue
+                    nb = -(-(cq + n) // bs) - int(b[q])
+                    b[q] += nb
+                    self.free -= nb
+                    budget -= n
+                    pre_pos.append(q)
+                    pre.append((n, cq))
+            # 3. waiting requests, first come first served (a preempted one starts over)
+            new: list[tuple[int, int]] = []
+            while self.waiting and budget > 0 and ids.size + len(new) < max_seqs:
+                i = self.waiting[0]
+                n = min(int(prompt[i] + out[i]), budget)
+                nb = -(-n // bs)
+                if nb > self.free:
+                    break
+                self.waiting.popleft()
+                self.free -= nb
+                budget -= n
+                pre_pos.append(ids.size + len(new))
+                pre.append((n, 0))
+                new.append((i, nb))
+            if new:
+                na = np.array(new, i64)
+                nid = na[:, 0]
+                ids = np.concatenate([ids, nid])
+                c = np.concatenate([c, np.zeros(len(new), i64)])
+                gen = np.concatenate([gen, out[nid]])
+                p = np.concatenate([p, prompt[nid]])
+                L = np.concatenate([L, outlen[nid]])
+                b = np.concatenate([b, na[:, 1]])
+                is_dec = np.concatenate([is_dec, np.zeros(len(new), bool)])
+            if not pre and nd == 0:
+                if ids.size == 0:
+                    raise RuntimeError("serving simulation stuck with nothing to schedule (a bug)")
+                v = ids.size - 1  # partial prefills hold every block: free the latest one
+                leave(v)
+                self.waiting.appendleft(int(ids[v]))
+                ids, c, gen, p, L, b, is_dec = ids[:v], c[:v], gen[:v], p[:v], L[:v], b[:v], is_dec[:v]
+                n_dec = int(np.count_nonzero(is_dec))
+                continue
+            self.step(pre, c[dsel].tolist() if nd else [])
+            if nd:
+                c[dsel] += 1
+                gen[dsel] += 1
+            if pre:
+                pp = np.array(pre_pos, i64)
+                c[pp] += np.array([n for n, _ in pre], i64)
+                comp = pp[c[pp] == p[pp] + gen[pp]]
+                if comp.size:  # a prefill finished: its next token comes out of this step
+                    gen[comp] += 1
+                    is_dec[comp] = True
+                    n_dec += comp.size
+                    cid = ids[comp]
+                    first[cid[np.isnan(first[cid])]] = self.t
+            done = gen == L
+            if np.count_nonzero(done):
+                fid = ids[done]
+                self.free += int(b[done].sum())
+                out[fid] = gen[done]
+                self.finished(fid)
+                n_dec -= fid.size  # a sequence ends on a token out of a decode or a finished prefill
+                keep = ~done
+                ids, c, gen, p, L, b, is_dec = ids[keep], c[keep], gen[keep], p[keep], L[keep], b[keep], is_dec[keep]
+            if AUDIT_BLOCKS:
+                self.audit_running(c, b)
+                # decoding implies all tokens but the last cached (the converse fails only for the
+                # last token of a recompute, which is still a prefill chunk)
+                if np.any(is_dec & ~((gen > 0) & (p + gen - c == 1))) or n_dec != np.count_nonzero(is_dec):
+                    raise AssertionError("a sequence is flagged decoding with tokens left to prefill")
+
+    # --- static batching ----------------------------------------------------------------------
+
+    def run_static(self, max_tokens: int, max_seqs: int) -> None:
+        prompt, outlen, computed, out, first, bs = self.prompt, self.outlen, self.computed, self.out, self.first, self.bs
+        reserve = -(-(prompt + outlen) // bs)
+        while self.done < self.n:
+            self.arrive()
+            if not self.waiting:
+                self.t = max(self.t, float(self.arrival[self.nxt]))
+                continue
+            batch: list[int] = []
+            while self.waiting and len(batch) < max_seqs and reserve[self.waiting[0]] <= self.free:
+                i = self.waiting.popleft()
+                batch.append(i)
+                self.blocks[i] = reserve[i]
+                self.free -= int(reserve[i])
+            pending = deque(batch)
+            while pending:  # prefill, chunked by the token budget
+                budget, ids, pre = max_tokens, [], []
+                while pending and budget > 0:
+                    i = pending[0]
+                    c = int(computed[i])
+                    n = min(int(prompt[i]) - c, budget)
+                    ids.append(i)
+                    pre.append((n, c))
+                    budget -= n
+                    if c + n == prompt[i]:
+                        pending.popleft()
+                self.step(pre, [])
+                p = np.array(ids, np.int64)
+                computed[p] += np.array([n for n, _ in pre], np.int64)
+                p = p[computed[p] == prompt[p]]
+                out[p] = 1
+                first[p] = self.t
+                self.finished(p[outlen[p] == 1])
+                if AUDIT_BLOCKS:
+                    self.audit_static()
+            b = np.array(batch, np.int64)
+            b = b[out[b] < outlen[b]]
+            while b.size:  # decode until the longest request of the batch ends
+                self.step([], (prompt[b] + out[b] - 1).tolist())
+                out[b] += 1
+                if AUDIT_BLOCKS:
+                    self.audit_static()
+                self.finished(b[out[b] == outlen[b]])
+                b = b[out[b] < outlen[b]]
+            computed[batch] = 0  # the batch's cache is freed
+            self.blocks[batch] = 0
+            self.free = self.pool
+
+
+# ---------------------------------------------------------------------------------------------
+# the public call
+
+
+def _percentiles(x: np.ndarray, qs: Sequence[float]) -> list[float]:
+    x = x[~np.isnan(x)]
+    if x.size == 0:
+        return [math.nan for _ in qs]
+    return [float(v) for v in np.percentile(x, qs)]
+
+
+def simulate_serving(
+    step_model: StepModel,
+    requests: int = 1000,
+    rate: float = 10.0,
+    seed: int = 0,
+    scheduler: str = "continuous",
+    max_batched_tokens: int = 8192,
+    max_num_seqs: int = 256,
+    block_size: int = 128,
+    lengths: str | Path | Sequence[Sequence[float]] | None = None,
+    progress: bool = True,
+) -> ServeReport:
+    """Serve ``requests`` requests on ``step_model`` and report latencies and throughput.
+
+    * ``rate``: Poisson arrivals, requests per second (``float("inf")``: all at t=0).
+    * ``lengths``: None draws (prompt, output) token counts from the ShareGPT-like distribution
+      (``datasets/serving/``, `pypto_lab.llm.lengths`); or a user's trace, a list of
+      ``(prompt, output)`` or ``(prompt, output, arrival_s)`` rows, or the path of a CSV with
+      columns ``prompt_tokens,output_tokens[,arrival_s]``. A trace's first ``requests`` rows are
+      served (all of them if it has fewer); its ``arrival_s`` (sorted) replaces the Poisson draw.
+    * ``seed``: of the numpy Generator that draws lengths and arrivals; the same seed, the same run.
+    * ``scheduler``: ``"continuous"`` or ``"static"`` (see the module's docstring).
+    * ``max_batched_tokens``, ``max_num_seqs``: the step's token budget and sequence cap.
+    * ``block_size``: tokens per KV block.
+    * ``progress``: a tqdm bar over completed requests.
+    """
+    if scheduler not in SCHEDULERS:
+        raise ServingConfigError(f"scheduler must be one of {SCHEDULERS} (got {scheduler!r}). "
+                                 f"Fix: pass scheduler='continuous' or scheduler='static'.")
+    requests = _check_int("requests", requests, "pass the number of requests to serve, e.g. requests=1000.")
+    block_size = _check_int("block_size", block_size, "pass a positive number of tokens per KV block, e.g. block_size=128.")
+    max_batched_tokens = _check_int("max_batched_tokens", max_batched_tokens, "pass the tokens one step may run, e.g. 8192.")
+    max_num_seqs = _check_int("max_num_seqs", max_num_seqs, "pass how many sequences one step may run, e.g. 256.")
+    try:
+        rate = float(rate)
+    except (TypeError, ValueError):
+        rate = math.nan
+    if not rate > 0:
+        raise ServingConfigError(f"rate must be > 0 requests/s (got {rate!r}). "
+                                 f"Fix: pass a positive rate, or rate=float('inf') to send every request at t=0.")
+    if not isinstance(step_model, StepModel):
+        raise ServingConfigError(f"step_model must follow pypto_lab.llm.step_model.StepModel (name, kv_bytes_per_token, "
+                                 f"kv_budget_bytes, step_ms); got {type(step_model).__name__}. Fix: build one with the "
+                                 f"cost engine, or use pypto_lab.llm.linear_step.LinearStepModel.")
+    kv_tok = int(step_model.kv_bytes_per_token)
+    budget_bytes = int(step_model.kv_budget_bytes)
+    if kv_tok <= 0:
+        raise ServingConfigError(f"kv_bytes_per_token must be > 0 (got {kv_tok} from {step_model.name!r}). Fix: the step model.")
+    pool = budget_bytes // (kv_tok * block_size)
+    if pool < 1:
+        raise ServingConfigError(
+            f"the KV pool must hold at least one block: kv_budget_bytes // (kv_bytes_per_token * block_size) = "
+            f"{budget_bytes:,} // ({kv_tok:,} * {block_size}) = {pool}. Fix: a smaller block_size, more cards or a chip "
+            f"with more HBM (a larger kv_budget_bytes).")
+
+    rng = np.random.default_rng(seed)
+    if lengths is None:
+        prompt, outlen = sample_lengths(requests, rng)
+        arrival = _poisson_arrivals(rng, requests, rate)
+        source = f"ShareGPT-like ({LENGTHS_TOML.relative_to(LENGTHS_TOML.parents[2])})"
+    else:
+        prompt, outlen, arrival, source = _read_trace(lengths)
+        prompt, outlen = prompt[:requests], outlen[:requests]
+        if arrival is None:
+            arrival = _poisson_arrivals(rng, len(prompt), rate)
+        else:
+            arrival = arrival[:requests]
+            order = np.argsort(arrival, kind="stable")
+            prompt, outlen, arrival = prompt[order], outlen[order], arrival[order]
+    n = len(prompt)
+
+    need = -(-(prompt + outlen) // block_size)
+    bad = np.flatnonzero(need > pool)
+    if bad.size:
+        i = int(bad[0])
+        raise ServingConfigError(
+            f"request {i} can never fit the KV cache: prompt {prompt[i]} + output {outlen[i]} = {prompt[i] + outlen[i]} "
+            f"tokens need {need[i]} blocks of {block_size}, but the whole pool is {pool} blocks "
+            f"(kv_budget_bytes {budget_bytes:,} // (kv_bytes_per_token {kv_tok:,} * block_size {block_size})); "
+            f"{bad.size} of {n} requests are that long. Fix: shorten them (at most {pool * block_size} tokens), "
+            f"or serve on more cards or a chip with more HBM.")
+
+    sim = _Sim(step_model, arrival, prompt, outlen, block_size, pool, progress, scheduler)
+    try:
+        if scheduler == "continuous":
+            sim.run_continuous(max_batched_tokens, max_num_seqs)
+        else:
+            sim.run_static(max_batched_tokens, max_num_seqs)
+    finally:
+        sim.bar.close()
+
+    ttft = (sim.first - arrival) * 1e3
+    e2e = (sim.finish - arrival) * 1e3
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(outlen > 1, (e2e - ttft) / (outlen - 1), np.nan)
+    duration = float(sim.finish.max() - arrival.min())
+    occ_t = np.array(sim.occ_t)
+    occ = np.array(sim.occ_used, dtype=np.float64) / pool
+    if occ_t.size > MAX_OCCUPANCY_POINTS:
+        keep = np.unique(np.linspace(0, occ_t.size - 1, MAX_OCCUPANCY_POINTS).round().astype(np.int64))
+        occ_t, occ = occ_t[keep], occ[keep]
+    records = [
+        RequestRecord(i, float(arrival[i]), int(prompt[i]), int(outlen[i]), float(sim.first[i]), float(sim.finish[i]),
+                      float(ttft[i]), float(tpot[i]), float(e2e[i]), int(sim.preempt[i]), int(sim.out[i]))
+        for i in range(n)
+    ]
+    t50, t90, t99 = _percentiles(ttft, (50, 90, 99))
+    p50, p90, p99 = _percentiles(tpot, (50, 90, 99))
+    e50, e99 = _percentiles(e2e, (50, 99))
+    return ServeReport(
+        scheduler=scheduler,
+        step_model=str(step_model.name),
+        parameters=dict(scheduler=scheduler, requests=n, rate=rate, seed=seed, max_batched_tokens=max_batched_tokens,
+                        max_num_seqs=max_num_seqs, block_size=block_size, kv_blocks=pool, kv_bytes_per_token=kv_tok,
+                        kv_budget_bytes=budget_bytes, lengths=source),
+        requests=n,
+        ttft_ms_p50=t50, ttft_ms_p90=t90, ttft_ms_p99=t99,
+        tpot_ms_p50=p50, tpot_ms_p90=p90, tpot_ms_p99=p99,
+        e2e_ms_p50=e50, e2e_ms_p99=e99,
+        output_tokens_per_s=float(outlen.sum()) / duration,
+        requests_per_s=n / duration,
+        duration_s=duration,
+        preemptions=int(sim.preempt.sum()),
+        steps=sim.steps,
+        mean_batch_size=sim.batch_sum / max(sim.steps, 1),
+        kv_blocks=pool,
+        kv_occupancy=[(float(a), float(b)) for a, b in zip(occ_t, occ)],
+        records=records,
+    )

@@ -1,0 +1,387 @@
+"""Generates notebooks/08_zero_day_llm.ipynb (run: .venv/bin/python notebooks/_build/08_zero_day_llm.py).
+
+Part 1 (this file's cells down to PART2_CELLS): a new MoE architecture on the simulated Ascend the
+day it appears: optimize, its CPU fallbacks, the router written as a pto kernel, plugged in with
+custom_op, the report before and after. Part 2 goes in PART2_CELLS at the end (prefill and decode,
+serving, HBM); the generator appends it after part 1.
+"""
+
+from _notebook import Notebook
+
+NB = Notebook()
+md, code = NB.md, NB.code
+
+
+md("""
+# 08 · A 0-day LLM: a new architecture on Ascend the day it is published
+
+The second seed article (`shared/seeds/004_*`, summarised in `shared/seeds/README.md`) tells how
+Ant Group's **Ling** MoE model ran on Ascend on the day it was released ("0 Day" support), and
+credits CANN **PyPTO**: a new model brings operators no library has yet, and PyPTO lets you write
+them in Python instead of waiting for them.
+
+This notebook replays that day on the simulator, with a small model that is new in the same way as
+Ling is, `pypto_lab.llm.ling_like`:
+
+1. run the new model through `pypto_lab.optimize` and find what the NPU cannot run yet (the report
+   names the **CPU fallbacks**);
+2. write the missing piece, its **group-limited top-k router**, as a `pypto_lab.pto` kernel and check
+   it against torch;
+3. plug it in with `custom_op(npu_func=kernel)` and read the report again: the fallbacks are gone,
+   the router is one kernel whose time is its own simulation, and the model's time follows;
+4. tune the kernel the way you would on day 1, and check that the model still computes what it
+   computed before.
+
+Every figure is computed by the simulator or measured by this notebook; none is typed in.
+""")
+
+code("""
+%matplotlib inline
+import inspect
+
+import matplotlib.pyplot as plt
+import torch
+
+import pypto_lab
+from pypto_lab.llm.ling_like import LingLikeConfig, LingLikeForCausalLM, group_limited_topk
+from pypto_lab.llm.ling_like_kernels import gating_kernel, gating_op_name, use_plain_gating, use_pto_gating
+
+CHIP, LEVEL, PRECISION = "Ascend910B1", 2, "bf16"   # Ling ships in bf16
+""")
+
+# ---------------------------------------------------------------- the model
+md("""
+## 1 · The new model
+
+`LingLikeForCausalLM` is a decoder written in plain PyTorch, with what makes Ling-style MoE models
+new:
+
+| part | what it does |
+|---|---|
+| **sigmoid router, group-limited top-k** | one sigmoid score per expert; the experts are split into groups; a group is worth its best score; only the best `topk_group` groups stay eligible; the best `top_k` experts among them are chosen |
+| **routing bias** | a per-expert correction (what aux-loss-free load balancing trains) is added to the scores **for the choice only**; the weights are the unbiased scores of the chosen experts, renormalised to 1 and scaled by `routed_scaling` |
+| **shared expert** | a SwiGLU that every token goes through, beside the routed experts |
+| **QK-norm** | RMSNorm on each head of q and k before RoPE |
+| GQA, RoPE, RMSNorm, SwiGLU experts | the familiar parts |
+
+To capture with `torch.export` the model keeps every shape static: the experts are computed
+**densely** (every expert on every token, one batched matmul over the stacked expert weights) and
+weighted by a `[tokens, experts]` matrix holding each token's routing weights at its chosen experts.
+A tiny model can afford that; a serving stack would dispatch the tokens instead.
+""")
+
+code("""
+cfg = LingLikeConfig()
+model = LingLikeForCausalLM(cfg).eval()        # weights drawn from cfg.seed: the same every run
+ids = torch.randint(0, cfg.vocab_size, (1, 64), generator=torch.Generator().manual_seed(0))
+print(cfg)
+print(f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters; "
+      f"{cfg.experts} experts in {cfg.expert_groups} groups of {cfg.group_size}, top-{cfg.top_k} of the best "
+      f"{cfg.topk_group} groups, {cfg.shared_experts} shared expert")
+with torch.no_grad():
+    logits = model(ids)
+print("input_ids", list(ids.shape), "-> logits", list(logits.shape))
+""")
+
+md("""
+What the router does to a few tokens of layer 0: the group values (each group's best biased score),
+the groups kept, and the experts chosen with their weights. Every chosen expert belongs to a kept
+group, even when an expert of another group scores higher:
+""")
+
+code("""
+gate0 = model.layers[0].moe.gate
+seen = {}
+hook = gate0.register_forward_pre_hook(lambda mod, args: seen.setdefault("x", args[0]))
+with torch.no_grad():
+    model(ids)
+hook.remove()
+router_logits = (seen["x"] @ gate0.weight.t()).detach()        # [tokens, experts], what the router sees
+weights, chosen = group_limited_topk(router_logits, gate0.bias, cfg.expert_groups, cfg.topk_group,
+                                     cfg.top_k, cfg.routed_scaling)
+biased = torch.sigmoid(router_logits) + gate0.bias
+group_value = biased.view(-1, cfg.expert_groups, cfg.group_size).amax(-1)
+for t in range(4):
+    kept = sorted(torch.topk(group_value[t], cfg.topk_group).indices.tolist())
+    best_anywhere = torch.topk(biased[t], cfg.top_k).indices.tolist()
+    pairs = ", ".join(f"e{e} (g{e // cfg.group_size}) {w:.2f}" for e, w in zip(chosen[t].tolist(), weights[t].tolist()))
+    print(f"token {t}: group values {[round(v, 3) for v in group_value[t].tolist()]} keep {kept} -> {pairs};"
+          f" without the group limit: {sorted(best_anywhere)}")
+""")
+
+# ---------------------------------------------------------------- optimize
+md("""
+## 2 · Day 0: optimize the new model, read its fallbacks
+
+`optimize` captures the model, maps each ATen op to an NPU kernel from its catalogue and costs
+every kernel on the chip. An op the catalogue does not know **falls back to the CPU**: it runs on
+the host, and the report lists it.
+""")
+
+code("""
+before_om = pypto_lab.optimize(model, ids, chip=CHIP, level=LEVEL, precision=PRECISION)
+before = before_om.report()
+print(before.table(top=8))
+""")
+
+code("""
+# NBVAL_CHECK_OUTPUT
+print("CPU fallbacks:", before.fallback_ops)
+for k in before.kernels:
+    if k.unit == "cpu":
+        print(f"  {k.name:32s} on the host")
+""")
+
+md("""
+Everything else maps (attention to a fused FlashAttention kernel, the experts to batched matmuls,
+QK-norm and RMSNorm to Vector kernels), but both **top-k's of the router** (the best groups, then
+the best experts) of every layer run on the host. Around them the router is a chain of small
+kernels (sigmoid, add, max over groups, fill, scatter, select, gather, sum, divide), each a
+separate launch that writes its result to GM for the next:
+""")
+
+code("""
+def router_kernels(report, layer=0):
+    return [k for k in report.kernels if k.name.endswith(f"layers.{layer}.moe.gate")]
+
+for k in router_kernels(before):
+    print(f"{k.name:40s} {k.unit:7s} {k.time_us:6.2f} us")
+print(f"router of layer 0: {len(router_kernels(before))} kernels, "
+      f"{sum(k.time_us for k in router_kernels(before)):.2f} us in sum")
+""")
+
+# ---------------------------------------------------------------- the kernel
+md("""
+## 3 · Write the router as a pto kernel
+
+`pypto_lab.llm.ling_like_kernels.gating_kernel(cfg)` is the whole router in one `pypto_lab.pto`
+kernel (the approach of `examples/kernels/moe_gating_topk.py`, adapted to this model: any token
+count, the routing scale, the run's GM dtype in and out with the router math in fp32, as Ling's
+own router computes). It takes the router logits and the bias, and writes the weights and the
+expert ids:
+""")
+
+code("""
+print(inspect.getsource(gating_kernel))
+""")
+
+md("""
+Run on the router logits of layer 0 in bf16, it chooses the experts torch chooses (compared as sets:
+the order inside a token's top-k does not matter) with weights equal within bf16 rounding:
+""")
+
+code("""
+kernel = gating_kernel(cfg)
+T = router_logits.shape[0]
+w_pto = torch.empty(T, cfg.top_k, dtype=torch.bfloat16)
+ids_pto = torch.empty(T, cfg.top_k, dtype=torch.int32)
+kernel(router_logits.bfloat16(), gate0.bias.bfloat16(), w_pto, ids_pto)
+
+ref_w, ref_ids = group_limited_topk(router_logits.bfloat16().float(), gate0.bias.bfloat16().float(),
+                                    cfg.expert_groups, cfg.topk_group, cfg.top_k, cfg.routed_scaling)
+order, ref_order = ids_pto.long().argsort(-1), ref_ids.argsort(-1)
+same_experts = torch.equal(ids_pto.long().gather(1, order), ref_ids.gather(1, ref_order))
+w_err = float((w_pto.float().gather(1, order) - ref_w.gather(1, ref_order)).abs().max())
+""")
+
+code("""
+# NBVAL_CHECK_OUTPUT
+print(f"experts chosen: {'the same as torch' if same_experts else 'DIFFERENT from torch'} for all {T} tokens")
+print(f"weights within bf16 rounding (|diff| <= 1e-2): {w_err <= 1e-2}")
+""")
+
+code("""
+run = kernel.last_run
+print(f"max |weight - torch| = {w_err:.1e}")
+print(run)
+for grp in run.groups:
+    print(f"  step {grp['group']:2d}: {grp['kind']:7s} {grp['ops']:20s} {grp['tasks']} task(s) on {grp['cores']} core(s)")
+""")
+
+md("""
+The kernel is a chain of steps, each on the results of the one before: the router's work is tiny
+(64 tokens × 16 experts), so its time is the chain's latency, not HBM or the Vector unit. With all
+64 tokens in one tile, each step is one task on one core.
+""")
+
+# ---------------------------------------------------------------- plug it in
+md("""
+## 4 · Plug it in: `custom_op(npu_func=kernel)`
+
+`use_pto_gating(model, kernel)` registers the router as a custom operator,
+`custom_op(npu_func=kernel)` with `group_limited_topk` as its torch reference, and makes every
+layer's gate call it. Outside `optimize` the op runs its reference, so the model computes exactly
+what it computed before:
+""")
+
+code("""
+# NBVAL_CHECK_OUTPUT
+with torch.no_grad():
+    plain_logits = model(ids)
+    use_pto_gating(model, kernel)
+    print("eager output unchanged:", torch.equal(model(ids), plain_logits))
+""")
+
+code("""
+after_om = pypto_lab.optimize(model, ids, chip=CHIP, level=LEVEL, precision=PRECISION)
+after = after_om.report()
+print(after.table(top=8))
+""")
+
+code("""
+# NBVAL_CHECK_OUTPUT
+print("CPU fallbacks:", after.fallback_ops)
+print("router of layer 0:", [f"{k.name} ({k.unit}, {k.spec.kind})" for k in router_kernels(after)])
+""")
+
+code("""
+gate_entry = next(k for k in after.kernels if k.name.startswith(gating_op_name(cfg)))
+print(f"report:  {gate_entry.name}: {gate_entry.cycles:,.0f} cycles, {gate_entry.time_us:.2f} us")
+print(f"by hand: {run}")
+print(f"router of layer 0: {sum(k.time_us for k in router_kernels(before)):.2f} us in "
+      f"{len(router_kernels(before))} kernels -> {sum(k.time_us for k in router_kernels(after)):.2f} us in "
+      f"{len(router_kernels(after))} (the gate's logits matmul, then the pto kernel)")
+print(f"model: {before.latency_us:.1f} us -> {after.latency_us:.1f} us, "
+      f"{len(before.kernels)} -> {len(after.kernels)} kernels")
+""")
+
+md("""
+The fallbacks are gone and the router is one kernel per layer, whose report entry is the kernel's
+own simulated run at the model's shapes in bf16 (the same cycles as the run by hand above). Whether
+the model got faster is the simulator's answer, not ours: one chain of 14 one-core steps against a
+dozen small launches and two host top-k's. Day 0 is about running correctly on the NPU; day 1
+is tuning.
+""")
+
+# ---------------------------------------------------------------- tune
+md("""
+## 5 · Day 1: tune the kernel, watch the model
+
+Each step of the kernel ran as one task on one core. `rows_per_tile` cuts the 64 tokens into tiles
+of that many rows, so each step spreads over more Vector cores. The model's figure follows the
+kernel's:
+""")
+
+code("""
+sweep = {}
+for rows in (None, 16, 8, 4):
+    k_rows = gating_kernel(cfg, rows_per_tile=rows)
+    rep = pypto_lab.optimize(use_pto_gating(model, k_rows), ids, chip=CHIP, level=LEVEL,
+                             precision=PRECISION).report()
+    entry = next(k for k in rep.kernels if k.name.startswith(gating_op_name(cfg)))
+    sweep[rows] = (k_rows, rep)
+    print(f"rows per tile {str(rows or T):>3s}: router kernel {entry.time_us:5.2f} us on "
+          f"{entry.reports[0].cores_used:2d} cores, model {rep.latency_us:5.1f} us")
+best_rows = min(sweep, key=lambda r: sweep[r][1].latency_us)
+tuned_kernel, tuned = sweep[best_rows]
+use_pto_gating(model, tuned_kernel)
+print(f"fastest: {best_rows or T} rows per tile; model {before.latency_us:.1f} us (torch router, CPU top-k) "
+      f"-> {after.latency_us:.1f} us (pto, one tile) -> {tuned.latency_us:.1f} us (pto, tuned)")
+""")
+
+md("""
+The slowest kernels of the three reports side by side (the router's kernels in orange), and on the
+right the router of layer 0 as a whole: the sum of its kernels' simulated times.
+
+Read the fallbacks' figures with the cost model in mind: the simulator charges a CPU fallback only
+its bytes over the host link (PCIe), and nothing for the launch, the synchronisation or the CPU's
+own work (`pypto_lab/kernels/host.py`). The two host top-k's of 64 × 16 values therefore cost
+fractions of a microsecond here, which understates what a fallback costs a real card. What the pto
+kernel removes in these figures is the dozen launches around them, and the tuning shortens each
+step of its chain:
+""")
+
+code("""
+def slowest(report, n=8):
+    return sorted(report.kernels, key=lambda k: -k.time_us)[:n]
+
+def label(k):
+    op, where = k.name.split(":")[0], k.name.split(":")[-1].removeprefix("layers.")
+    return ("router (pto)" if op == gating_op_name(cfg) else op) + " · " + where
+
+reports = {"torch router (CPU top-k)": before, "pto router, one tile": after,
+           f"pto router, {best_rows or T} rows per tile": tuned}
+fig, axes = plt.subplots(1, 4, figsize=(17, 3.6), gridspec_kw={"width_ratios": [3, 3, 3, 2]})
+for ax, (title, rep) in zip(axes, reports.items()):
+    ks = slowest(rep)[::-1]
+    ax.barh([label(k) for k in ks], [k.time_us for k in ks],
+            color=["tab:orange" if ".moe.gate" in k.name else "tab:blue" for k in ks])
+    ax.set_title(f"{title}\\nmodel {rep.latency_us:.1f} us, {len(rep.kernels)} kernels", fontsize=9)
+    ax.tick_params(axis="y", labelsize=7)
+    ax.set_xlabel("simulated time (us)")
+    ax.set_xlim(0, max(k.time_us for r in reports.values() for k in r.kernels) * 1.05)
+router = [sum(k.time_us for k in router_kernels(r)) for r in reports.values()]
+n_router = [len(router_kernels(r)) for r in reports.values()]
+bars = axes[3].bar(["torch", "pto\\n1 tile", f"pto\\n{best_rows or T} rows"], router, color="tab:orange")
+axes[3].bar_label(bars, [f"{n} kernels" for n in n_router], fontsize=7)
+axes[3].set_title("router of layer 0\\n(sum of its kernels)", fontsize=9)
+axes[3].set_ylabel("simulated time (us)")
+fig.tight_layout()
+""")
+
+# ---------------------------------------------------------------- numerics
+md("""
+## 6 · Same model, same experts
+
+`optimized(ids)` computes with the pto kernel's own arithmetic. Routing is discontinuous: a score
+rounded differently can swap an expert, and the token's output then moves a lot. So the exact check
+is made in fp32, where both runs see the same numbers: the plain model (top-k on the host) and the
+pto model choose the same experts in every layer, and their logits agree.
+""")
+
+code("""
+def routed_experts(om, pto):
+    \"\"\"The expert ids each layer chose in a run of ``om`` (read from the run's recorded nodes).\"\"\"
+    record = {}
+    om.runtime.run((ids,), record=record)
+    if pto:
+        keys = [n for n in record if n.startswith(gating_op_name(cfg))]
+        return [record[n][1].long().sort(-1).values for n in sorted(keys)], record
+    keys = [n for n in record if n.startswith("topk")][1::2]          # per layer: the groups', then the experts'
+    return [record[n][1].sort(-1).values for n in keys], record
+
+pto_fp32 = pypto_lab.optimize(model, ids, chip=CHIP, level=LEVEL, precision="fp32")
+plain_fp32 = pypto_lab.optimize(use_plain_gating(model), ids, chip=CHIP, level=LEVEL, precision="fp32")
+use_pto_gating(model, tuned_kernel)
+e_pto, _ = routed_experts(pto_fp32, pto=True)
+e_plain, _ = routed_experts(plain_fp32, pto=False)
+out_pto, out_plain = pto_fp32(ids), plain_fp32(ids)
+""")
+
+code("""
+# NBVAL_CHECK_OUTPUT
+for layer, (a, b) in enumerate(zip(e_pto, e_plain)):
+    print(f"layer {layer}: the same experts for {int((a == b).all(-1).sum())} of {a.shape[0]} tokens")
+print("logits within 1e-4:", torch.allclose(out_pto, out_plain, atol=1e-4, rtol=1e-4))
+""")
+
+code("""
+print(f"max |logit difference| in fp32: {float((out_pto - out_plain).abs().max()):.1e} "
+      f"(logits up to {float(out_plain.abs().max()):.1f})")
+""")
+
+md("""
+## Part 1 in short
+
+* A new architecture ran through `optimize` unchanged; the report named what the NPU could not run:
+  the router's top-k's.
+* The router became one `pypto_lab.pto` kernel, checked against torch, and `custom_op(npu_func=...)`
+  made it a model component: no CPU fallback left, its report entry is its own simulation, and the
+  model's latency follows the kernel's.
+* Tuning the kernel is one argument, and the model's figure answers.
+""")
+
+
+# ---------------------------------------------------------------- part 2
+# Part 2 (prefill and decode timing, serving, HBM) is appended here. Entries are ("md", text) or
+# ("code", text) pairs, added to the notebook in order after part 1. Part 1 leaves defined: cfg,
+# model (routing through the tuned pto kernel, tuned_kernel), ids, CHIP, LEVEL, PRECISION, and the
+# reports before, after, tuned.
+PART2_CELLS: list[tuple[str, str]] = []
+
+for kind, text in PART2_CELLS:
+    {"md": md, "code": code}[kind](text)
+
+
+if __name__ == "__main__":
+    NB.write("08_zero_day_llm.ipynb")

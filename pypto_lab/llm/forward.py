@@ -202,7 +202,7 @@ def forward_kernels(spec: LLMSpec, hw: Hardware, prefill: Sequence[tuple[int, in
         2 * t * kvh * d * (ab + kvb))
     groups = Counter((int(c), int(p)) for c, p in prefill)
     for (chunk, past), n in sorted(groups.items()):
-        add("PromptFlashAttention", "attention", lambda: costs.prompt_flash_attention(
+        add("PromptFlashAttention", "attention", lambda n=n, chunk=chunk, past=past: costs.prompt_flash_attention(
             hw.chip, n, heads, chunk, past, d, hw.act_dtype), L, n * chunk * heads * d * 2 * ab)
     if decode:
         ctx = int(round(float(np.mean(decode))))

@@ -12,11 +12,13 @@ import sys
 from pathlib import Path
 
 from .capture.zoo import load_model
+from .cli_llm import add_llm_commands
 from .fileio import write_json_atomic
 from .hw.calibration import calibrate, format_calibration
 from .hw.chip import PRESET_DIR, ChipConfigError, get_chip, list_chips
 from .hw.kernels import VECTOR_OPS, simulate_matmul, simulate_vector
 from .hw.tiling import TilingError
+from .llm import HBMCapacityError
 from .optimize import LEVELS, optimize
 from .viz.tour_report import write_tour_report
 
@@ -275,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--chip", required=True)
     c.add_argument("--json", help="write {table/path/dtypes: {rows, mape, max_ape}} to this file")
     c.set_defaults(func=cmd_calibrate)
+    add_llm_commands(sub)
     return p
 
 
@@ -282,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ChipConfigError, TilingError, ValueError, KeyError, OSError) as exc:
+    except (ChipConfigError, TilingError, ValueError, KeyError, OSError, HBMCapacityError) as exc:
         print(f"pypto-lab: error: {_one_line(exc)}", file=sys.stderr)
         return 2
 

@@ -9,10 +9,11 @@ serving, and more than one card.
 """
 
 from .configs import KNOWN_MODELS, LLMConfigError, LLMSpec, known_models, spec_of
-from .engine import LLMReport, hardware, largest_batch, simulate_generation, step_model
+from .engine import LLMReport, hardware, largest_batch, serve, simulate_generation, step_model
 from .forward import Hardware, forward_kernels
 from .memory import HBMCapacityError
+from .serving import ServeReport, ServingConfigError, simulate_serving
 
 __all__ = ["KNOWN_MODELS", "HBMCapacityError", "Hardware", "LLMConfigError", "LLMReport", "LLMSpec",
-           "forward_kernels", "hardware", "known_models", "largest_batch", "simulate_generation", "spec_of",
-           "step_model"]
+           "forward_kernels", "hardware", "known_models", "largest_batch", "serve", "ServeReport", "ServingConfigError",
+           "simulate_generation", "simulate_serving", "spec_of", "step_model"]

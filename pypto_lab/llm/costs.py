@@ -4,8 +4,8 @@ at every batch and context length in a few seconds.
 Each function here runs the chip model (`hw.kernels.simulate_matmul`, `simulate_vector`,
 `hw.attention.simulate_attention`) at a shape and keeps the `KernelReport`. A size that varies
 from step to step (tokens in a batch, context length) is simulated only at the points of a
-geometric grid (four points per octave, multiples of 16 above 64) and linearly interpolated in
-between: kernel time is piecewise linear in M and in context length once tiles are full, and the
+geometric grid (four points per octave for matmuls and vector kernels, two for attention;
+multiples of 16 above 64) and linearly interpolated in between: kernel time is piecewise linear in M and in context length once tiles are full, and the
 grid keeps the number of distinct simulations small. Exact sizes are simulated when they are on
 the grid or at most 64.
 """
@@ -57,21 +57,22 @@ def _of(r) -> Cost:
                 float(getattr(r, "min_gm_bytes", 0.0) or r.gm_bytes))
 
 
-def grid_points(x: int) -> tuple[int, int]:
-    """The two grid points around ``x`` (equal when ``x`` is on the grid)."""
-    if x <= 64:
+def grid_points(x: int, per_octave: int = 4, floor: int = 64) -> tuple[int, int]:
+    """The two grid points around ``x`` (equal when ``x`` is on the grid): exact up to ``floor``,
+    then ``per_octave`` geometric points per doubling, rounded to multiples of 16."""
+    if x <= floor:
         return x, x
-    k = 4 * math.log2(x)
-    lo = int(16 * math.floor(2 ** (math.floor(k) / 4) / 16))
-    hi = int(16 * math.ceil(2 ** (math.ceil(k) / 4) / 16))
-    lo = max(64, min(lo, x))
+    k = per_octave * math.log2(x)
+    lo = int(16 * math.floor(2 ** (math.floor(k) / per_octave) / 16))
+    hi = int(16 * math.ceil(2 ** (math.ceil(k) / per_octave) / 16))
+    lo = max(floor, min(lo, x))
     hi = max(hi, x)
     return (x, x) if x % 16 == 0 and (lo == x or hi == x) else (lo, hi)
 
 
-def interpolated(fn, x: int) -> Cost:
+def interpolated(fn, x: int, per_octave: int = 4, floor: int = 64) -> Cost:
     """``fn(x)`` from ``fn`` at the grid points around ``x``."""
-    lo, hi = grid_points(int(x))
+    lo, hi = grid_points(int(x), per_octave, floor)
     if lo == hi:
         return fn(lo)
     a, b = fn(lo), fn(hi)
@@ -119,8 +120,12 @@ def vector(chip: Chip, op: str | VectorOp, numel: int, dtype: str, row_len: int 
 
 
 def _attention(chip: Chip, bh: int, s_q: int, s_k: int, d: int, dtype: str) -> Cost:
-    return _memo(("attn", _fp(chip), bh, s_q, s_k, d, dtype),
-                 lambda: _of(simulate_attention(bh, s_q, s_k, d, dtype, chip)))
+    """Fused attention, interpolated in (batch x heads, s_q, s_k) on a grid of two points per
+    octave (attention simulations are the engine's slowest; time is near linear in each)."""
+    def at(b: int, q: int, k: int) -> Cost:
+        return _memo(("attn", _fp(chip), b, q, k, d, dtype), lambda: _of(simulate_attention(b, q, k, d, dtype, chip)))
+    return interpolated(lambda b: interpolated(lambda q: interpolated(
+        lambda k: at(b, q, k), s_k, 2), s_q, 2), bh, 2, 16)
 
 
 def prompt_flash_attention(chip: Chip, seqs: int, heads: int, s_q: int, past: int, d: int, dtype: str) -> Cost:
@@ -129,7 +134,7 @@ def prompt_flash_attention(chip: Chip, seqs: int, heads: int, s_q: int, past: in
     block skipping then keeps the (query block, key block) pairs at or below the diagonal, which
     the chip's default block sizes give."""
     s_k = past + s_q
-    full = interpolated(lambda sk: interpolated(lambda sq: _attention(chip, seqs * heads, sq, sk, d, dtype), s_q), s_k)
+    full = _attention(chip, seqs * heads, s_q, s_k, d, dtype)
     bq, bk = default_attention_blocks(chip, s_q, s_k, d, dtype)[:2]
     nq, nk = -(-s_q // bq), -(-s_k // bk)
     kept = sum(min(nk, -(-(past + (i + 1) * bq) // bk)) for i in range(nq))
@@ -142,7 +147,7 @@ def incre_flash_attention(chip: Chip, seqs: int, kv_heads: int, group: int, cont
     heads that share a KV head attend over its ``context`` cached tokens (GQA packs them as the
     rows of one block, so the KV cache is read once per KV head). With an int8 KV cache a
     memory-bound kernel reads half the bytes (its dequantisation is not charged)."""
-    c = interpolated(lambda sk: _attention(chip, seqs * kv_heads, group, sk, d, dtype), max(1, context))
+    c = _attention(chip, seqs * kv_heads, group, max(1, context), d, dtype)
     if kv_dtype == "int8" and c.bound == "memory":
         return Cost(c.time_us / 2, c.gm_bytes / 2, c.flops, c.bound, c.unit, c.hbm_bytes / 2)
     return c

@@ -30,6 +30,7 @@ from .memory import (
     kv_bytes_per_token,
     weights_bytes,
 )
+from .serving import ServeReport, simulate_serving
 
 # Which server a chip's cards sit in when a run spans several cards (hw/topologies/*.toml).
 DEFAULT_TOPOLOGY = {"Ascend910A": "Atlas800T-910A"}
@@ -312,4 +313,19 @@ def step_model(model, chip: str | Chip = "Ascend910B1", cards: int = 1, tp: int 
 
 
 __all__ = ["ChipStepModel", "LLMReport", "cards_needed", "check_fits", "default_topology", "hardware", "hbm_use",
-           "largest_batch", "simulate_generation", "step_model"]
+           "largest_batch", "serve", "simulate_generation", "step_model"]
+
+
+def serve(model, chip: str | Chip = "Ascend910B1", requests: int = 1000, rate: float = 10.0, seed: int = 0,
+          cards: int = 1, scheduler: str = "continuous", max_batched_tokens: int = 8192, block_size: int = 128,
+          *, max_num_seqs: int = 256, tp: int | None = None, precision: str = "fp16", ep: int = 1,
+          kv_dtype: str | None = None, topology=None, launch_us: float = 0.0, lengths=None,
+          hbm_utilization: float = DEFAULT_HBM_UTILIZATION, progress: bool = True) -> ServeReport:
+    """Serve ``requests`` requests arriving at ``rate`` per second (Poisson; lengths from the
+    ShareGPT-like distribution or ``lengths``) on ``cards`` x ``chip``: `serving.simulate_serving`
+    driven by this engine's step times. Returns a `serving.ServeReport`."""
+    sm = step_model(model, chip, cards, tp, precision, ep=ep, kv_dtype=kv_dtype, topology=topology,
+                    launch_us=launch_us, max_batched_tokens=max_batched_tokens, hbm_utilization=hbm_utilization)
+    return simulate_serving(sm, requests=requests, rate=rate, seed=seed, scheduler=scheduler,
+                            max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs, block_size=block_size,
+                            lengths=lengths, progress=progress)

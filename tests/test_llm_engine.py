@@ -136,3 +136,12 @@ def test_bad_arguments_name_the_rule(kwargs, rule):
     args = dict(batch=1, prompt_len=128, output_len=16) | kwargs
     with pytest.raises(LLMConfigError, match=rule):
         simulate_generation("llama-2-7b", **args)
+
+
+@pytest.mark.parametrize("bh, s_q, s_k", [(1024, 512, 512), (640, 1, 2048), (192, 1024, 1024)])
+def test_attention_over_many_heads_scales_a_smaller_simulation_faithfully(bh, s_q, s_k):
+    from pypto_lab.hw.attention import simulate_attention
+
+    chip = get_chip("Ascend910B1")
+    direct = simulate_attention(bh, s_q, s_k, 128, "fp16", chip).time_us
+    assert costs._waves(chip, bh, s_q, s_k, 128, "fp16").time_us == pytest.approx(direct, rel=0.10)

@@ -47,6 +47,18 @@ KNOWN_MODELS: dict[str, dict[str, Any]] = {
         "num_key_value_heads": 8, "max_position_embeddings": 4096, "hidden_act": "silu", "rms_norm_eps": 1e-5,
         "tie_word_embeddings": False,
     },
+    "llama-3-70b": {
+        "_source": _hf("meta-llama/Meta-Llama-3-70B"), "model_type": "llama", "vocab_size": 128256,
+        "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64,
+        "num_key_value_heads": 8, "max_position_embeddings": 8192, "hidden_act": "silu", "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0, "tie_word_embeddings": False,
+    },
+    "qwen2-72b": {
+        "_source": _hf("Qwen/Qwen2-72B"), "model_type": "qwen2", "vocab_size": 152064, "hidden_size": 8192,
+        "intermediate_size": 29568, "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+        "max_position_embeddings": 131072, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+    },
     "qwen2-7b": {
         "_source": _hf("Qwen/Qwen2-7B"), "model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584,
         "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,

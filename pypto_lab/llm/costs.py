@@ -119,11 +119,31 @@ def vector(chip: Chip, op: str | VectorOp, numel: int, dtype: str, row_len: int 
     return interpolated(at, rows)
 
 
+def _waves(chip: Chip, bh: int, s_q: int, s_k: int, d: int, dtype: str) -> Cost:
+    """Fused attention over many heads from a simulation of fewer: the kernel deals its
+    (head, query block) tiles round-robin to the cube cores, each core runs its tiles one after
+    another, and every tile of a shape costs the same. So beyond sixteen tiles per core the time
+    grows with the tiles per core: simulate a head count whose tiles fill the cores evenly (at
+    least eight per core) and scale by the ratio of tiles per core (within 10% of the full
+    simulation on the LLM shapes checked in tests/test_llm_engine.py)."""
+    bq, _ = default_attention_blocks(chip, s_q, s_k, d, dtype)
+    nq, cores = -(-s_q // bq), chip.cube_cores
+    if bh * nq <= 16 * cores:
+        return _of(simulate_attention(bh, s_q, s_k, d, dtype, chip))
+    small = next(b for b in range(1, bh + 1) if b * nq >= 8 * cores and (b * nq) % cores == 0 or b == bh)
+    if small == bh:
+        return _of(simulate_attention(bh, s_q, s_k, d, dtype, chip))
+    r = _of(simulate_attention(small, s_q, s_k, d, dtype, chip))
+    waves = -(-bh * nq // cores) / (small * nq // cores)
+    tiles = bh / small
+    return Cost(r.time_us * waves, r.gm_bytes * tiles, r.flops * tiles, r.bound, r.unit, r.hbm_bytes * tiles)
+
+
 def _attention(chip: Chip, bh: int, s_q: int, s_k: int, d: int, dtype: str) -> Cost:
     """Fused attention, interpolated in (batch x heads, s_q, s_k) on a grid of two points per
     octave (attention simulations are the engine's slowest; time is near linear in each)."""
     def at(b: int, q: int, k: int) -> Cost:
-        return _memo(("attn", _fp(chip), b, q, k, d, dtype), lambda: _of(simulate_attention(b, q, k, d, dtype, chip)))
+        return _memo(("attn", _fp(chip), b, q, k, d, dtype), lambda: _waves(chip, b, q, k, d, dtype))
     return interpolated(lambda b: interpolated(lambda q: interpolated(
         lambda k: at(b, q, k), s_k, 2), s_q, 2), bh, 2, 16)
 

@@ -145,3 +145,35 @@ def test_attention_over_many_heads_scales_a_smaller_simulation_faithfully(bh, s_
     chip = get_chip("Ascend910B1")
     direct = simulate_attention(bh, s_q, s_k, 128, "fp16", chip).time_us
     assert costs._waves(chip, bh, s_q, s_k, 128, "fp16").time_us == pytest.approx(direct, rel=0.10)
+
+
+@pytest.mark.parametrize("m, k, n", [(65536, 2048, 2816), (50000, 1024, 4096), (100000, 2048, 64)])
+def test_long_matmuls_are_linear_in_their_rows(m, k, n):
+    chip = get_chip("Ascend910B1")
+    direct = simulate_matmul(m, k, n, "fp16", chip).time_us
+    assert costs.matmul(chip, m, k, n, "fp16").time_us == pytest.approx(direct, rel=0.05)
+
+
+@pytest.mark.parametrize("op, numel, row_len", [("add", 3 << 22, None), ("rmsnorm", 40000 * 2048, 2048)])
+def test_long_vector_kernels_are_linear_in_their_length(op, numel, row_len):
+    from pypto_lab.hw.kernels import simulate_vector
+
+    chip = get_chip("Ascend910B1")
+    direct = simulate_vector(op, numel, "fp16", chip, row_len=row_len).time_us
+    assert costs.vector(chip, op, numel, "fp16", row_len=row_len).time_us == pytest.approx(direct, rel=0.05)
+
+
+def test_grouped_matmuls_interpolate_between_expert_counts():
+    chip = get_chip("Ascend910B1")
+    direct = simulate_matmul(32, 2048, 2816, "fp16", chip, batch=23).time_us
+    assert costs.matmul(chip, 32, 2048, 2816, "fp16", batch=23).time_us == pytest.approx(direct, rel=0.10)
+
+
+def test_every_grid_point_is_its_own_neighbour():
+    for per_octave, floor in ((4, 64), (2, 4), (2, 16)):
+        for x in range(1, 5000):
+            lo, hi = costs.grid_points(x, per_octave, floor)
+            assert lo <= x <= hi
+            if lo != hi:
+                assert costs.grid_points(lo, per_octave, floor) == (lo, lo)
+                assert costs.grid_points(hi, per_octave, floor) == (hi, hi)

@@ -377,7 +377,163 @@ md("""
 # ("code", text) pairs, added to the notebook in order after part 1. Part 1 leaves defined: cfg,
 # model (routing through the tuned pto kernel, tuned_kernel), ids, CHIP, LEVEL, PRECISION, and the
 # reports before, after, tuned.
-PART2_CELLS: list[tuple[str, str]] = []
+PART2_CELLS: list[tuple[str, str]] = [
+    ("md", """
+# Part 2 · Sizing the deployment: first token, next tokens, HBM, batching, cards
+
+Day 0 is also the day users ask the questions of the seed's section 3: does the model fit in HBM,
+what is the largest batch, how fast come the first token and each next one, and what do batching,
+more cards and a serving scheduler buy. `pypto_lab.llm` answers them for the same architecture at
+a deployable size, from its shapes alone (no weights are allocated):
+
+* `simulate_generation(model, batch, prompt_len, output_len, chip, cards)`: the prefill (the time
+  to the first token, **TTFT**) and every decode step (the time per output token, **TPOT**), each a
+  sequence of CANN kernels (RmsNorm, RoPE, PromptFlashAttention / IncreFlashAttention,
+  MoeGatingTopK, GroupedMatmul, ...) simulated on the chip;
+* `serve(model, chip, requests, rate)`: requests arriving at random, batched continuously.
+
+The model below keeps part 1's mechanisms (sigmoid router, groups, a shared expert, QK-norm) at
+about 15 B parameters. Its sizes are our choice for the lesson, not a published config.
+"""),
+    ("code", """
+from dataclasses import replace
+from pypto_lab import llm
+
+spec = llm.LLMSpec(
+    name="ling-like-15b", vocab=126464, hidden=2048, layers=28, heads=16, kv_heads=4, head_dim=128,
+    intermediate=5632, qk_norm=True, max_positions=32768,
+    experts=64, top_k=6, expert_intermediate=1408, shared_experts=2, shared_intermediate=1408,
+    expert_groups=8, topk_groups=4, router="sigmoid", dense_layers=1)
+active = spec.weight_params() - spec.moe_layers * (spec.experts - spec.top_k) * 3 * spec.hidden * spec.expert_intermediate
+print(f"{spec.name}: {spec.weight_params() / 1e9:.1f} B parameters, {active / 1e9:.1f} B active per token")
+"""),
+    ("code", """
+# NBVAL_IGNORE_OUTPUT
+r = llm.simulate_generation(spec, batch=1, prompt_len=2048, output_len=512, chip=CHIP, precision="bf16")
+print(r.table())
+"""),
+    ("md", """
+### Why decode is memory-bound
+
+The prefill pushes 2,048 tokens through every weight at once: the Cube is busy. A decode step
+pushes **one** token per sequence, yet must still read every weight it uses (and the whole KV cache)
+from HBM. The roofline line above says it: the step does a few flops per byte read, far below the
+chip's ridge point (its peak flops divided by its HBM bandwidth), so its time is bytes / bandwidth.
+For an MoE, only the experts the batch's tokens chose are read, which is why MoE decode is cheap at
+batch 1 and grows as the batch touches more experts.
+"""),
+    ("code", """
+ro = r.roofline
+print(f"decode step at context {ro['context']}: {ro['intensity']:.1f} flop/byte against a ridge of "
+      f"{ro['ridge']:.0f}; HBM {ro['hbm_fraction']:.0%} busy, Cube {ro['cube_fraction']:.1%} busy")
+"""),
+    ("md", """
+### Batching: more tokens per weight read, until the KV cache fills HBM
+
+Decoding a batch reads the weights once for all its sequences, so tokens per second rise almost
+in proportion to the batch. Each sequence brings its own KV cache, though, and the step grows with
+the bytes of KV it reads; when weights + KV + activations exceed the card, the engine raises
+`HBMCapacityError` and says which batch would fit.
+"""),
+    ("code", """
+PROMPT, OUTPUT = 2048, 512
+best = llm.largest_batch(spec, llm.hardware(CHIP, precision="bf16"), PROMPT + OUTPUT, PROMPT)
+batches = sorted({b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b <= best} | {best})
+rows = [llm.simulate_generation(spec, batch=b, prompt_len=PROMPT, output_len=OUTPUT, chip=CHIP, precision="bf16")
+        for b in batches]
+try:
+    llm.simulate_generation(spec, batch=best + 1, prompt_len=PROMPT, output_len=OUTPUT, chip=CHIP, precision="bf16")
+except llm.HBMCapacityError as e:
+    print("batch", best + 1, "->", type(e).__name__ + ":", str(e)[:260], "...")
+fig, ax = plt.subplots(1, 3, figsize=(13, 3.4))
+ax[0].plot(batches, [x.tpot_ms for x in rows], "o-"); ax[0].set(xscale="log", xlabel="batch", ylabel="TPOT (ms)")
+ax[1].plot(batches, [x.decode_tokens_per_s for x in rows], "o-", color="C1")
+ax[1].set(xscale="log", xlabel="batch", ylabel="decode tokens/s")
+gib = 2 ** 30
+ax[2].stackplot(batches, [x.hbm.weights_bytes / gib for x in rows], [x.hbm.kv_cache_bytes / gib for x in rows],
+                [x.hbm.activation_bytes / gib for x in rows], labels=["weights", "KV cache", "activations"])
+ax[2].axhline(rows[0].hbm.capacity_bytes / gib, color="k", ls="--", label="usable HBM")
+ax[2].set(xscale="log", xlabel="batch", ylabel="GiB per card"); ax[2].legend(fontsize=8, loc="upper left")
+fig.suptitle(f"{spec.name} on one {CHIP}, {PROMPT} + {OUTPUT} tokens (largest batch that fits: {best})")
+fig.tight_layout()
+"""),
+    ("md", """
+### More cards: tensor parallelism and what its all-reduces cost
+
+Megatron's split gives each card a slice of every head group and every expert, so each card reads
+a fraction of the weights per step: the step shrinks. But every layer now ends its attention and
+its MLP with an **all-reduce** of the activations over HCCS, costed by HCCL's algorithms on the
+Atlas server's links (`pypto_lab.hw.collectives`). At small batch those collectives are latency:
+they do not shrink with more cards.
+"""),
+    ("code", """
+tp_rows = []
+for cards in (1, 2, 4, 8):
+    x = llm.simulate_generation(spec, batch=16, prompt_len=PROMPT, output_len=OUTPUT, chip=CHIP, cards=cards,
+                                precision="bf16")
+    tp_rows.append((cards, x.tpot_ms, x.comm_ms_per_step, x.hbm.weights_bytes / gib))
+    print(f"{cards} card(s): TPOT {x.tpot_ms:6.2f} ms, of which all-reduce {x.comm_ms_per_step:5.2f} ms; "
+          f"weights {x.hbm.weights_bytes / gib:5.2f} GiB per card")
+fig, ax = plt.subplots(figsize=(5.5, 3))
+c = [t[0] for t in tp_rows]
+ax.bar([str(v) for v in c], [t[1] - t[2] for t in tp_rows], label="kernels")
+ax.bar([str(v) for v in c], [t[2] for t in tp_rows], bottom=[t[1] - t[2] for t in tp_rows], label="all-reduce")
+ax.set(xlabel="cards (tensor parallel)", ylabel="decode step (ms)", title="batch 16"); ax.legend()
+fig.tight_layout()
+"""),
+    ("md", """
+### Serving: continuous batching against a static batch
+
+Real traffic arrives at random with prompts and answers of every length. `serve` draws them
+(Poisson arrivals; ShareGPT-like lengths, `datasets/serving/`) and runs vLLM's scheduler: each
+step decodes one token for every running request and fills the rest of its token budget with
+prefill chunks of new ones; KV blocks are paged, and a request is preempted when they run out. The
+static scheduler, for comparison, waits for a batch to finish before it starts the next.
+"""),
+    ("code", """
+runs = {}
+for sched in ("continuous", "static"):
+    for rate in (2.0, 8.0, 32.0):
+        runs[sched, rate] = llm.serve(spec, CHIP, requests=200, rate=rate, seed=0, scheduler=sched,
+                                      precision="bf16", progress=False)
+print(f"{'scheduler':<11} {'rate/s':>6} {'TTFT p50':>9} {'TTFT p99':>9} {'TPOT p50':>9} {'tokens/s':>9} {'preempted':>9}")
+for (sched, rate), rep in runs.items():
+    d = rep.to_dict()
+    print(f"{sched:<11} {rate:>6g} {d['ttft_ms_p50']:>9.0f} {d['ttft_ms_p99']:>9.0f} {d['tpot_ms_p50']:>9.2f} "
+          f"{d['output_tokens_per_s']:>9.0f} {d['preemptions']:>9}")
+"""),
+    ("md", """
+Pick a run to see the KV cache fill and drain over time (the fraction of the paged blocks in use):
+""" ),
+    ("code", """
+import ipywidgets as widgets
+
+def show_occupancy(run):
+    rep = runs[run]
+    t, occ = zip(*rep.kv_occupancy)
+    fig, ax = plt.subplots(figsize=(7, 2.6))
+    ax.plot(t, occ)
+    ax.set(xlabel="time (s)", ylabel="KV blocks in use", ylim=(0, 1.05),
+           title=f"{run[0]} batching, {run[1]:g} requests/s: {rep.to_dict()['preemptions']} preemptions")
+    fig.tight_layout()
+    plt.show()
+
+widgets.interact(show_occupancy, run=widgets.Dropdown(
+    options=[(f"{s}, {r:g}/s", (s, r)) for s, r in runs], value=("continuous", 32.0), description="run"))
+"""),
+    ("md", """
+## Part 2 in short
+
+* **Decode is memory-bound**: each step reads the weights it uses and the KV cache, doing a few
+  flops per byte; the prefill is the compute-bound part.
+* **Batching** raises tokens per second almost linearly while the weights dominate the bytes read,
+  and stops where weights + KV cache + activations fill HBM: the engine names that batch.
+* **Tensor parallelism** divides the bytes each card reads, but adds two all-reduces per layer that
+  do not shrink with more cards.
+* **Continuous batching** keeps the batch full as requests come and go, which a static batch
+  cannot: higher throughput at the same load, and the KV cache is where it runs out.
+"""),
+]
 
 for kind, text in PART2_CELLS:
     {"md": md, "code": code}[kind](text)

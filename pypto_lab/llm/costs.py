@@ -12,7 +12,8 @@ the grid or at most 64.
 
 from __future__ import annotations
 
-import math
+import bisect
+import functools
 from dataclasses import dataclass
 
 from ..hw.attention import default_attention_blocks, simulate_attention
@@ -57,17 +58,28 @@ def _of(r) -> Cost:
                 float(getattr(r, "min_gm_bytes", 0.0) or r.gm_bytes))
 
 
+@functools.lru_cache(maxsize=64)
+def _grid(per_octave: int, floor: int) -> tuple[int, ...]:
+    """The grid above ``floor``: 2^(j / per_octave) rounded to a multiple of 16, up to 2^31."""
+    pts = {floor}
+    for j in range(per_octave * 31 + 1):
+        v = 16 * round(2 ** (j / per_octave) / 16)
+        if v > floor:
+            pts.add(v)
+    return tuple(sorted(pts))
+
+
 def grid_points(x: int, per_octave: int = 4, floor: int = 64) -> tuple[int, int]:
     """The two grid points around ``x`` (equal when ``x`` is on the grid): exact up to ``floor``,
-    then ``per_octave`` geometric points per doubling, rounded to multiples of 16."""
+    then ``per_octave`` geometric points per doubling, rounded to multiples of 16. A grid point's
+    own neighbours are itself, so interpolation never recurses."""
     if x <= floor:
         return x, x
-    k = per_octave * math.log2(x)
-    lo = int(16 * math.floor(2 ** (math.floor(k) / per_octave) / 16))
-    hi = int(16 * math.ceil(2 ** (math.ceil(k) / per_octave) / 16))
-    lo = max(floor, min(lo, x))
-    hi = max(hi, x)
-    return (x, x) if x % 16 == 0 and (lo == x or hi == x) else (lo, hi)
+    g = _grid(per_octave, floor)
+    i = bisect.bisect_left(g, x)
+    if i < len(g) and g[i] == x:
+        return x, x
+    return g[i - 1], g[min(i, len(g) - 1)]
 
 
 def interpolated(fn, x: int, per_octave: int = 4, floor: int = 64) -> Cost:
@@ -86,11 +98,21 @@ def _memo(key: tuple, make) -> Cost:
     return c
 
 
+LONG_M = 16384            # beyond this many rows a matmul's time is taken as linear in m (tests check it)
+LONG_VECTOR = 1 << 22     # beyond this many elements a vector kernel's time is taken as linear (tests check it)
+
+
 def matmul(chip: Chip, m: int, k: int, n: int, dtype: str, batch: int = 1, epilogue: str = "none") -> Cost:
     """A Cube matmul ``[batch x] m x k @ k x n``, interpolated in m."""
     def at(mm: int) -> Cost:
         return _memo(("mm", _fp(chip), mm, k, n, dtype, batch, epilogue),
                      lambda: _of(simulate_matmul(mm, k, n, dtype, chip, batch=batch, epilogue=epilogue)))
+    if batch > 4 and grid_points(batch, 2, 4)[0] != batch:
+        # GroupedMatmul over a varying number of experts: interpolated between expert counts
+        return interpolated(lambda b: matmul(chip, m, k, n, dtype, b, epilogue), batch, 2, 4)
+    if m > LONG_M:
+        # rows beyond LONG_M add whole waves of identical blocks over the cores: linear in m
+        return at(LONG_M).scaled(m / LONG_M)
     return interpolated(at, m)
 
 
@@ -116,6 +138,10 @@ def vector(chip: Chip, op: str | VectorOp, numel: int, dtype: str, row_len: int 
     def at(r: int) -> Cost:
         return _memo(("vec", _fp(chip), name, r, rl, dtype),
                      lambda: _of(simulate_vector(op, r * rl, dtype, chip, row_len=row_len)))
+    long_rows = max(1, LONG_VECTOR // rl)
+    if rows > long_rows:
+        # a vector kernel streams identical tiles round-robin over the cores: linear beyond this
+        return at(long_rows).scaled(rows / long_rows)
     return interpolated(at, rows)
 
 

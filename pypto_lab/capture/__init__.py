@@ -5,7 +5,7 @@ NPU operator, on which unit, runs each ATen operator; `zoo` builds the models th
 knows by name.
 """
 
-from .export import CaptureError, capture, from_exported
+from .export import CaptureError, capture, export_dynamic, from_exported
 from .graph import Graph, Node, TensorInfo, Value
 
-__all__ = ["CaptureError", "Graph", "Node", "TensorInfo", "Value", "capture", "from_exported"]
+__all__ = ["CaptureError", "Graph", "Node", "TensorInfo", "Value", "capture", "export_dynamic", "from_exported"]

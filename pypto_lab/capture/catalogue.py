@@ -51,6 +51,9 @@ def _entries() -> dict[str, NpuOp]:
         "sin": ("Sin", "exp"), "cos": ("Cos", "exp"), "masked_fill_": ("MaskedFill", "add"), "fill_": ("Fill", "copy"),
         "square": ("Square", "mul"), "clamp_min": ("Maximum", "relu"), "clamp_max": ("Minimum", "relu"), "_to_copy": ("Cast", "cast"), "to": ("Cast", "cast"),
         "type_as": ("Cast", "cast"), "bitwise_not": ("LogicalNot", "relu"), "bitwise_and": ("LogicalAnd", "mul"),
+        # Python's & | on bool tensors (transformers' attention-mask builders), floor division, diff
+        "__and__": ("LogicalAnd", "mul"), "__or__": ("LogicalOr", "add"), "bitwise_or": ("LogicalOr", "add"),
+        "floor_divide": ("FloorDiv", "div"), "diff": ("Sub", "sub"),
         # activations
         "relu": ("Relu", "relu"), "relu_": ("Relu", "relu"), "gelu": ("Gelu", "gelu"), "tanh": ("Tanh", "gelu"),
         "sigmoid": ("Sigmoid", "exp"), "silu": ("Swish", "gelu"), "silu_": ("Swish", "gelu"),
@@ -85,6 +88,7 @@ def _entries() -> dict[str, NpuOp]:
         "triu": "Triu", "tril": "Tril", "empty": "Fill", "new_ones": "Fill", "new_empty": "Fill",
         "scalar_tensor": "Fill", "roll": "Roll", "flip": "ReverseV2", "upsample_nearest2d": "ResizeNearestNeighborV2",
         "upsample_bilinear2d": "ResizeBilinearV2", "scatter": "ScatterElements", "index_put": "ScatterNd",
+        "index_put_": "ScatterNd", "empty_like": "Fill",
     }
     free = ("view", "reshape", "_unsafe_view", "flatten", "unflatten", "squeeze", "unsqueeze", "expand",
             "permute", "transpose", "t", "select", "slice", "narrow", "split", "split_with_sizes", "chunk",

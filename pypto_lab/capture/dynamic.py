@@ -20,6 +20,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from torch.utils import _pytree as pytree
 
+from .shapes_only import fake_input
+
 
 @dataclass
 class DynamicProgram:
@@ -89,6 +91,7 @@ def specialise(ep: torch.export.ExportedProgram, example_inputs: tuple) -> torch
                          "pass them as the program was exported with")
     user = iter(flat)
     values = []
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     for s in ep.graph_signature.input_specs:
         kind = s.kind.name
         if kind == "USER_INPUT":
@@ -99,8 +102,12 @@ def specialise(ep: torch.export.ExportedProgram, example_inputs: tuple) -> torch
             values.append(ep.constants[s.target])
     gm = copy.deepcopy(ep.graph_module)
     mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fakes = []
+    for s, v in zip(ep.graph_signature.input_specs, values, strict=True):
+        meta = placeholders[s.arg.name].meta.get("val") if hasattr(s.arg, "name") else None
+        device = meta.device if isinstance(meta, torch.Tensor) else torch.device("cpu")
+        fakes.append(fake_input(v, mode, device))  # meta and fake tensors: on the program's device
     with mode:
-        fakes = [mode.from_tensor(v, static_shapes=True) if isinstance(v, torch.Tensor) else v for v in values]
         FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
     out = copy.copy(ep)
     out._graph_module = gm

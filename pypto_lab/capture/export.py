@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import operator
 import threading
 import time
 import weakref
@@ -30,8 +29,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
-from . import dynamic, hf_models
+from . import dynamic, hf_models, shapes_only
 from .graph import Graph, Node, TensorInfo, Value
 
 
@@ -98,7 +98,7 @@ def _is_size_arithmetic(n: torch.fx.Node) -> bool:
     if isinstance(val, bool) or not isinstance(val, (int, float)):
         return False
     target = n.target
-    return str(target).startswith(_SIZE_OPS) or getattr(target, "__module__", None) in (operator.__name__, "math")
+    return str(target).startswith(_SIZE_OPS) or getattr(target, "__module__", None) in ("operator", "_operator", "math")
 
 
 def from_exported(ep: torch.export.ExportedProgram, model_name: str = "") -> Graph:
@@ -255,10 +255,6 @@ def on_meta(model: torch.nn.Module) -> bool:
     return any(t.is_meta for t in (*model.parameters(), *model.buffers()))
 
 
-def _to_meta(example_inputs: tuple) -> tuple:
-    return tuple(x.to("meta") if isinstance(x, torch.Tensor) else x for x in example_inputs)
-
-
 @contextmanager
 def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
     """``model`` in eval mode inside the block; afterwards every submodule has its own training flag
@@ -294,13 +290,18 @@ def capture(model: torch.nn.Module, example_inputs, name: str | None = None) -> 
 
 
 def _export(model: torch.nn.Module, example_inputs: tuple, dynamic_shapes=None) -> torch.export.ExportedProgram:
-    """`torch.export` of ``model`` (through `hf_models.adapt` for a transformers causal LM, on meta
-    inputs for a meta model) in eval mode; failures become a CaptureError saying what to do."""
+    """`torch.export` of ``model`` (through `hf_models.adapt` for a transformers causal LM; a meta
+    model with fake CPU weights and inputs, `shapes_only`) in eval mode; failures become a
+    CaptureError saying what to do."""
     target = hf_models.adapt(model) if hf_models.is_causal_lm(model) else model
-    inputs = _to_meta(example_inputs) if on_meta(model) else example_inputs
     try:
         with eval_mode(model), torch.no_grad():
-            return torch.export.export(target, inputs, dynamic_shapes=dynamic_shapes)
+            if not on_meta(model):
+                return torch.export.export(target, example_inputs, dynamic_shapes=dynamic_shapes)
+            mode = FakeTensorMode(allow_non_fake_inputs=True)
+            inputs = tuple(torch.utils._pytree.tree_map(lambda x: shapes_only.fake_input(x, mode), example_inputs))
+            with shapes_only.as_cpu(target, mode):
+                return torch.export.export(target, inputs, dynamic_shapes=dynamic_shapes)
     except Exception as exc:  # torch raises many kinds: say what failed and what to do
         raise CaptureError(
             f"torch.export could not capture {type(model).__name__}: {type(exc).__name__}: "
@@ -336,7 +337,7 @@ def _capture_cached(model: torch.nn.Module, example_inputs: tuple, name: str | N
         return per_model[sig].copy()
     program = dynamic.registered(model)
     if program is not None and program.fingerprint == fingerprint and dynamic.fits(program.program, example_inputs):
-        ep = dynamic.specialise(program.program, _to_meta(example_inputs) if on_meta(model) else example_inputs)
+        ep = dynamic.specialise(program.program, example_inputs)
     else:
         ep = _export(model, example_inputs)
     graph = from_exported(ep, name or type(model).__name__)

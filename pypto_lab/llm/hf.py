@@ -108,7 +108,7 @@ def build_causal_lm(config_or_name_or_path, device: str | torch.device = "meta",
     config = load_config(config_or_name_or_path)
     try:
         with torch.device(device):
-            model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     except ValueError as exc:
         raise HFModelError(f"transformers has no causal LM for model_type {config.model_type!r} ({exc}); "
                            "build a decoder-only model type (gpt2, llama, qwen2, qwen3, mixtral, ...)") from exc

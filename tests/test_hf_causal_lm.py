@@ -262,3 +262,17 @@ def test_decode_steps_on_the_runtime_match_eager_transformers_in_fp16(which, req
     empty = tuple((torch.zeros_like(k[:, :, :-1]), torch.zeros_like(v[:, :, :-1])) for k, v in past)
     wrong, _ = step(tokens[-1], torch.full((batch, 1), prompt_len + steps - 1), empty)
     assert (wrong - ref[-1]).abs().max().item() / ref[-1].abs().max().item() > 8 * 2.0 ** -11
+
+
+@pytest.mark.parametrize("cls_name", list(CONFIGS))
+def test_every_model_exports_its_decode_step_once(cls_name, monkeypatch):
+    model = build(cls_name)
+    calls = count_exports(monkeypatch)
+    step = hf.capture_decode_step(model, batch=1, context=4)
+    assert step.dynamic, step.note
+    short = optimize(step.module, step.inputs(4), chip="Ascend910B1", level=1, precision="fp16").report()
+    long = optimize(step.module, step.inputs(200), chip="Ascend910B1", level=1, precision="fp16").report()
+    assert len(calls) == 1
+    assert 0 < short.latency_us < long.latency_us  # attention over 200 cached tokens costs more than over 4
+    fallbacks = set(long.fallback_ops)
+    assert fallbacks <= MOE_FALLBACKS if ("Moe" in cls_name or "Mixtral" in cls_name) else fallbacks == set()

@@ -206,6 +206,20 @@ def test_a_length_the_export_cannot_serve_is_refused(llama):
         hf.capture_decode_step(torch.nn.Linear(2, 2))
 
 
+def test_without_a_dynamic_export_each_context_is_captured_on_its_own(llama, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise CaptureError("the context length cannot be dynamic here")
+
+    monkeypatch.setattr(hf, "export_dynamic", refuse)
+    step = hf.capture_decode_step(llama, context=4)
+    assert not step.dynamic and "cannot be dynamic here" in step.note and "captured on its own" in step.note
+    calls = count_exports(monkeypatch)
+    for ctx in (4, 9, 4):
+        graph = step.graph(ctx)
+        assert graph.info(graph.outputs[1]).shape[2] == ctx + 1
+    assert len(calls) == 2 and calls == [None, None]  # one static export per new context, memoised
+
+
 def test_decode_costs_less_than_prefill_on_a_meta_model():
     model = hf.build_causal_lm({"model_type": "llama", **SMALL, "num_hidden_layers": 4, "hidden_size": 256,
                                 "intermediate_size": 512})

@@ -15,6 +15,9 @@ step (with a KV cache) captured once for every length.
 * `capture_prefill(model, batch, prompt_len)`: likewise a `Prefill` wrapper, ``input_ids [B, S]``
   and ``position_ids [B, S]`` in, ``(logits, ((k, v), ...))`` out, the sequence length dynamic.
 
+`report_model(spec, batch, seq)` is what the command line's ``hf:NAME`` / ``hf:path/config.json``
+builds. The inputs carry no attention mask: every sequence of a batch has the same length.
+
 Where torch.export cannot make the length dynamic for a model, the capture says so
 (``StepCapture.dynamic`` False, ``StepCapture.note`` the reason) and every length is exported on
 its own, memoised per length by `capture`'s cache.
@@ -31,7 +34,7 @@ from typing import Any
 import torch
 
 from ..capture import Graph, capture, export_dynamic
-from ..capture.export import CaptureError, on_meta
+from ..capture.export import CaptureError
 from ..capture.hf_models import main_output
 
 # Published configs of a few well-known models (their config.json's shape fields), by name.
@@ -301,4 +304,4 @@ def report_model(spec: str, batch: int = 1, seq: int | None = None, device: str 
 
 
 __all__ = ["KNOWN_CONFIGS", "DecodeStep", "HFModelError", "Prefill", "StepCapture", "build_causal_lm",
-           "capture_decode_step", "capture_prefill", "kv_layout", "load_config", "on_meta", "report_model"]
+           "capture_decode_step", "capture_prefill", "kv_layout", "load_config", "max_positions", "report_model"]

@@ -31,9 +31,8 @@ CONFIGS = {
     "Qwen2MoeForCausalLM": ("qwen2_moe", {**SMALL, **MOE, "shared_expert_intermediate_size": 64}),
     "MixtralForCausalLM": ("mixtral", {**SMALL, "num_local_experts": 4, "num_experts_per_tok": 2}),
 }
-# MoE routing and the experts' grouped matmul (a transformers custom op) stay on the CPU lane
-MOE_FALLBACKS = {"aten.topk.default", "aten.sort.default", "aten.histc.default",
-                 "transformers.grouped_mm_fallback.default"}
+# MoE routing stays on the CPU lane; the experts' grouped matmul (a transformers custom op) runs on the Cube
+MOE_FALLBACKS = {"aten.topk.default", "aten.sort.default", "aten.histc.default"}
 
 
 def build(cls_name: str) -> torch.nn.Module:
@@ -78,6 +77,10 @@ def test_transformers_models_optimize_as_they_come(cls_name):
     fallbacks = set(report.fallback_ops)
     if "Moe" in cls_name or "Mixtral" in cls_name:
         assert fallbacks and fallbacks <= MOE_FALLBACKS
+        grouped = [n for n in optimized.graph.nodes if n.target == "transformers.grouped_mm_fallback.default"]
+        assert len(grouped) == 4 and all(n.unit == "cube" for n in grouped)  # gate_up and down, 2 layers
+        # 8 tokens x top-2 over 4 experts: costed as 4 experts of 4 tokens, every expert's weight read
+        assert [(n.kernel.batch, n.kernel.m) for n in grouped] == [(4, 4)] * 4
     else:
         assert fallbacks == set()
 

@@ -35,6 +35,9 @@ def _entries() -> dict[str, NpuOp]:
         "bmm": "BatchMatMulV2", "baddbmm": "BatchMatMulV2", "einsum": "BatchMatMulV2",
         # pypto_lab.quantization's int8 layers (torch.library ops pypto_lab::linear_int8, ::conv2d_int8)
         "linear_int8": "QuantBatchMatmulV3", "conv2d_int8": "Conv2D",
+        # a mixture of experts' matmul, tokens sorted by expert: aten._grouped_mm and transformers'
+        # own custom op transformers::grouped_mm_fallback (input [S, K], weights [E, K, N], offsets [E])
+        "_grouped_mm": "GroupedMatmul", "grouped_mm_fallback": "GroupedMatmul",
     }
     vector = {
         # element-wise arithmetic
@@ -113,8 +116,9 @@ CATALOGUE: dict[str, NpuOp] = _entries()
 
 def aten_name(target: str) -> str:
     """"aten.conv2d.default" -> "conv2d"; "pypto_lab.linear_int8.default" -> "linear_int8";
+    "transformers.grouped_mm_fallback.default" -> "grouped_mm_fallback";
     "<built-in function getitem>" -> "getitem"."""
-    if target.startswith(("aten.", "pypto_lab.")):
+    if target.startswith(("aten.", "pypto_lab.", "transformers.")):
         return target.split(".")[1]
     if "getitem" in target:
         return "getitem"

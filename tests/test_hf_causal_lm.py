@@ -64,7 +64,7 @@ def test_transformers_models_optimize_as_they_come(cls_name):
     x = ids()
     with torch.no_grad():
         eager = model(x)  # as it comes: a cache in the output, which torch.export refuses
-    assert eager.past_key_values is not None
+    assert eager["cache"] is not None
     optimized = optimize(model, (x,), chip="Ascend910B1", level=1, precision="fp32")
     report = optimized.report()
     assert report.latency_us > 0
@@ -239,18 +239,18 @@ def eager_generation(model, prompt, tokens):
     """Eager transformers: the prompt, then one token at a time with its own cache."""
     with torch.no_grad():
         out = model(prompt, use_cache=True)
-        logits, cache = [out.logits], out.past_key_values
+        logits, cache = [out.logits], out["cache"]
         for i, tok in enumerate(tokens):
             pos = torch.full((prompt.shape[0], 1), prompt.shape[1] + i)
             out = model(tok, cache=cache, position_ids=pos, use_cache=True)
             logits.append(out.logits)
-            cache = out.past_key_values
+            cache = out["cache"]
     return logits, [(layer.keys, layer.values) for layer in cache.layers]
 
 
-@pytest.mark.parametrize("which", ["llama", "gpt2"])
+@pytest.mark.parametrize("which", ["llama", "gpt2", "Qwen3ForCausalLM", "MixtralForCausalLM"])
 def test_decode_steps_on_the_runtime_match_eager_transformers_in_fp16(which, request):
-    model = request.getfixturevalue(which)
+    model = request.getfixturevalue(which) if which in ("llama", "gpt2") else build(which)
     batch, prompt_len, steps = 2, 5, 4
     prompt = ids(batch, prompt_len, seed=1)
     tokens = [ids(batch, 1, seed=10 + i) for i in range(steps)]

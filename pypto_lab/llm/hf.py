@@ -131,8 +131,9 @@ def _layers(cache) -> tuple:
 
 
 def _output_cache(out):
-    cache = getattr(out, "past_key_values", None)
-    return cache if cache is not None else getattr(out, "cache", None)
+    """The cache of a model output: ``cache`` in transformers 5 (``past_key_values`` before)."""
+    keys = out.keys() if hasattr(out, "keys") else ()
+    return out["cache"] if "cache" in keys else out.past_key_values
 
 
 class DecodeStep(torch.nn.Module):

@@ -9,7 +9,8 @@ since (see `model_fingerprint`): then it is captured afresh.
 
 A transformers causal LM is exported through `hf_models.adapt` (called with ``use_cache=False``,
 its logits kept); a model whose parameters are on the meta device (shapes only, e.g.
-`pypto_lab.llm.hf.build_causal_lm`) is exported on meta copies of the inputs; a model exported
+`pypto_lab.llm.hf.build_causal_lm`) is exported with fake CPU weights and inputs (`shapes_only`:
+the program a CPU model of those shapes gives, with no weight memory); a model exported
 once with dynamic shapes (`export_dynamic`) is specialised to each new size instead of exported
 again (`dynamic.specialise`). Symbolic-size arithmetic (``sym_size``, Python ``operator`` calls
 on sizes) is no kernel: such nodes are left out of the Graph and their values written into the

@@ -74,8 +74,8 @@ def minilm(batch: int = 1, seq: int | None = 128):
 
 
 MODELS: dict[str, Callable] = {"resnet50": resnet50, "bert-base": bert_base, "minilm": minilm}
-SEQUENCE_MODELS = ("bert-base", "minilm")
-HF_PREFIX = "hf:"  # hf:NAME or hf:path/config.json: a transformers causal LM from its config  # the named models whose inputs have a sequence length
+SEQUENCE_MODELS = ("bert-base", "minilm")  # the named models whose inputs have a sequence length
+HF_PREFIX = "hf:"  # hf:NAME or hf:path/config.json: a transformers causal LM from its config
 
 
 class ModelArgumentError(ValueError):

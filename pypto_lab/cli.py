@@ -261,7 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
     for cmd, func, helptext in (("report", cmd_report, "optimise a model and print its kernels and totals"),
                                 ("compare", cmd_compare, "the optimisation levels side by side")):
         q = sub.add_parser(cmd, help=helptext)
-        q.add_argument("model", help="resnet50, bert-base, minilm, or package.module:function returning (model, inputs)")
+        q.add_argument("model", help="resnet50, bert-base, minilm, hf:NAME or hf:path/config.json (a transformers "
+                                     "causal LM on meta), or package.module:function returning (model, inputs)")
         q.add_argument("--chip", default="Ascend910A")
         q.add_argument("--batch", type=int, default=None,
                        help="batch size (default 1; a module:function builder: its own default)")

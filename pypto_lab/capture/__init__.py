@@ -2,10 +2,12 @@
 
 `export.capture` runs `torch.export`; `graph` holds the graph it makes; `catalogue` says which
 NPU operator, on which unit, runs each ATen operator; `zoo` builds the models the command line
-knows by name.
+knows by name. `hf_models` adapts transformers causal LMs (called with ``use_cache=False``),
+`shapes_only` exports models whose weights are on the meta device, and `dynamic` specialises a
+program exported once with dynamic shapes (`export_dynamic`) to each concrete size.
 """
 
-from .export import CaptureError, capture, from_exported
+from .export import CaptureError, capture, export_dynamic, from_exported
 from .graph import Graph, Node, TensorInfo, Value
 
-__all__ = ["CaptureError", "Graph", "Node", "TensorInfo", "Value", "capture", "from_exported"]
+__all__ = ["CaptureError", "Graph", "Node", "TensorInfo", "Value", "capture", "export_dynamic", "from_exported"]

@@ -35,6 +35,9 @@ def _entries() -> dict[str, NpuOp]:
         "bmm": "BatchMatMulV2", "baddbmm": "BatchMatMulV2", "einsum": "BatchMatMulV2",
         # pypto_lab.quantization's int8 layers (torch.library ops pypto_lab::linear_int8, ::conv2d_int8)
         "linear_int8": "QuantBatchMatmulV3", "conv2d_int8": "Conv2D",
+        # a mixture of experts' matmul, tokens sorted by expert: aten._grouped_mm and transformers'
+        # own custom op transformers::grouped_mm_fallback (input [S, K], weights [E, K, N], offsets [E])
+        "_grouped_mm": "GroupedMatmul", "grouped_mm_fallback": "GroupedMatmul",
     }
     vector = {
         # element-wise arithmetic
@@ -51,6 +54,9 @@ def _entries() -> dict[str, NpuOp]:
         "sin": ("Sin", "exp"), "cos": ("Cos", "exp"), "masked_fill_": ("MaskedFill", "add"), "fill_": ("Fill", "copy"),
         "square": ("Square", "mul"), "clamp_min": ("Maximum", "relu"), "clamp_max": ("Minimum", "relu"), "_to_copy": ("Cast", "cast"), "to": ("Cast", "cast"),
         "type_as": ("Cast", "cast"), "bitwise_not": ("LogicalNot", "relu"), "bitwise_and": ("LogicalAnd", "mul"),
+        # Python's & | on bool tensors (transformers' attention-mask builders), floor division, diff
+        "__and__": ("LogicalAnd", "mul"), "__or__": ("LogicalOr", "add"), "bitwise_or": ("LogicalOr", "add"),
+        "floor_divide": ("FloorDiv", "div"), "diff": ("Sub", "sub"),
         # activations
         "relu": ("Relu", "relu"), "relu_": ("Relu", "relu"), "gelu": ("Gelu", "gelu"), "tanh": ("Tanh", "gelu"),
         "sigmoid": ("Sigmoid", "exp"), "silu": ("Swish", "gelu"), "silu_": ("Swish", "gelu"),
@@ -85,6 +91,7 @@ def _entries() -> dict[str, NpuOp]:
         "triu": "Triu", "tril": "Tril", "empty": "Fill", "new_ones": "Fill", "new_empty": "Fill",
         "scalar_tensor": "Fill", "roll": "Roll", "flip": "ReverseV2", "upsample_nearest2d": "ResizeNearestNeighborV2",
         "upsample_bilinear2d": "ResizeBilinearV2", "scatter": "ScatterElements", "index_put": "ScatterNd",
+        "index_put_": "ScatterNd", "empty_like": "Fill",
     }
     free = ("view", "reshape", "_unsafe_view", "flatten", "unflatten", "squeeze", "unsqueeze", "expand",
             "permute", "transpose", "t", "select", "slice", "narrow", "split", "split_with_sizes", "chunk",
@@ -109,8 +116,9 @@ CATALOGUE: dict[str, NpuOp] = _entries()
 
 def aten_name(target: str) -> str:
     """"aten.conv2d.default" -> "conv2d"; "pypto_lab.linear_int8.default" -> "linear_int8";
+    "transformers.grouped_mm_fallback.default" -> "grouped_mm_fallback";
     "<built-in function getitem>" -> "getitem"."""
-    if target.startswith(("aten.", "pypto_lab.")):
+    if target.startswith(("aten.", "pypto_lab.", "transformers.")):
         return target.split(".")[1]
     if "getitem" in target:
         return "getitem"

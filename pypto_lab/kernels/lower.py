@@ -35,6 +35,9 @@ INT8_LAYERS = {"linear_int8": 4, "conv2d_int8": 8}
 REDUCING = ("max_pool2d", "adaptive_avg_pool2d", "avg_pool2d", "sum", "mean", "amax", "max")
 
 
+GROUPED_MATMULS = ("_grouped_mm", "grouped_mm_fallback")  # a mixture of experts' matmul (GroupedMatmul)
+
+
 def storage_dtypes(chip: Chip, precision: str) -> tuple[str, str]:
     """(what the Cube multiplies, what GM holds for Vector kernels) before any precision pass: the
     run's precision where the chip has it, fp16 otherwise; int8 starts as fp16 (`quantize_int8`
@@ -66,6 +69,13 @@ def gemm_dims(graph: Graph, node: Node) -> tuple[int, int, int, int]:
     elif op == "addmm":
         a, b = _shape(graph, node.inputs[1]), _shape(graph, node.inputs[2])
         dims = 1, a[0], a[1], b[1]
+    elif op in GROUPED_MATMULS:
+        # S tokens (sorted by expert) times their expert's [K, N] weight. How many tokens each expert
+        # gets is data, not shape: costed as spread evenly over as many experts as there are tokens
+        # (at most E), each such expert a batch entry whose whole weight is read
+        x, w = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1])
+        experts = min(w[0], x[0]) if x[0] else 1
+        dims = experts, -(-x[0] // max(experts, 1)), x[-1], w[-1]
     else:
         a, b = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1])
         if len(a) == 1:

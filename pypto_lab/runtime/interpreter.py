@@ -566,6 +566,13 @@ class Runtime:
             raise RuntimeInputError(
                 "this optimised graph carries no torch.export program (graph.exported_program), so it "
                 "cannot run: build it with pypto_lab.optimize(model, example_inputs, ...)")
+        meta = next((name for name, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta), None)
+        if meta is not None:
+            raise RuntimeInputError(
+                f"numerics need weight values, and {type(model).__name__}'s {meta} is on the meta device (shapes "
+                "only, e.g. pypto_lab.llm.hf.build_causal_lm(..., device='meta')): its report needs no weights "
+                "(optimized.report()), but running it does; build it with device='cpu', or give it weights "
+                "(model.to_empty(device='cpu') then model.load_state_dict(...))")
         self.model = model
         self.graph = graph
         self.ep = ep

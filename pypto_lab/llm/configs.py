@@ -65,6 +65,17 @@ KNOWN_MODELS: dict[str, dict[str, Any]] = {
         "max_position_embeddings": 131072, "hidden_act": "silu", "rms_norm_eps": 1e-6,
         "tie_word_embeddings": False,
     },
+    "qwen2-0.5b": {
+        "_source": _hf("Qwen/Qwen2-0.5B"), "model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896,
+        "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+        "max_position_embeddings": 32768, "hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
+    },
+    "qwen3-0.6b": {
+        "_source": _hf("Qwen/Qwen3-0.6B"), "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 1024,
+        "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
+        "head_dim": 128, "max_position_embeddings": 40960, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": True,
+    },
     "qwen3-8b": {
         "_source": _hf("Qwen/Qwen3-8B"), "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 4096,
         "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,

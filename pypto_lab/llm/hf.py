@@ -36,25 +36,11 @@ import torch
 from ..capture import Graph, capture, export_dynamic
 from ..capture.export import CaptureError
 from ..capture.hf_models import main_output
+from .configs import KNOWN_MODELS
 
-# Published configs of a few well-known models (their config.json's shape fields), by name.
+# The known models' published configs (their config.json fields; sources in `configs.KNOWN_MODELS`).
 KNOWN_CONFIGS: dict[str, dict[str, Any]] = {
-    "gpt2": {"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "n_positions": 1024,
-             "vocab_size": 50257},
-    "llama-2-7b": {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
-                   "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000,
-                   "max_position_embeddings": 4096, "rms_norm_eps": 1e-5},
-    "qwen2-0.5b": {"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
-                   "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936,
-                   "max_position_embeddings": 32768, "tie_word_embeddings": True, "rms_norm_eps": 1e-6},
-    "qwen3-0.6b": {"model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
-                   "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
-                   "max_position_embeddings": 40960, "tie_word_embeddings": True, "rms_norm_eps": 1e-6},
-    "mixtral-8x7b": {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336,
-                     "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-                     "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000,
-                     "max_position_embeddings": 32768, "rms_norm_eps": 1e-5},
-}
+    name: {k: v for k, v in cfg.items() if not k.startswith("_")} for name, cfg in KNOWN_MODELS.items()}
 
 
 class HFModelError(ValueError):

@@ -1,5 +1,6 @@
-"""The command line's LLM commands: ``pypto-lab llm`` (one batch: TTFT, TPOT, HBM) and
-``pypto-lab serve`` (a stream of requests under continuous batching)."""
+"""The command line's LLM and validation commands: ``pypto-lab llm`` (one batch: TTFT, TPOT,
+HBM), ``pypto-lab serve`` (a stream of requests under continuous batching) and ``pypto-lab
+validate`` (whole models against published Ascend throughput)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import math
 
 from .fileio import write_json_atomic
 from .llm import known_models, serve, simulate_generation
+from .validate import validate
 
 
 def _rate(text: str) -> float:
@@ -44,6 +46,15 @@ def cmd_serve(args) -> int:
     return 0
 
 
+def cmd_validate(args) -> int:
+    rep = validate(chip=args.chip, level=args.level, progress=not args.quiet)
+    print(rep.table())
+    if args.json:
+        write_json_atomic(args.json, rep.to_dict())
+        print(f"wrote {args.json}")
+    return 0
+
+
 def add_llm_commands(sub) -> None:
     """Register ``llm`` and ``serve`` on the main parser's subcommands."""
     g = sub.add_parser("llm", help="prefill and decode of one batch of an LLM: TTFT, TPOT, throughput, HBM per card")
@@ -71,3 +82,9 @@ def add_llm_commands(sub) -> None:
     g.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: all cards)")
     g.set_defaults(func=cmd_llm)
     s.set_defaults(func=cmd_serve)
+    v = sub.add_parser("validate", help="whole models against published Ascend throughput (datasets/published/)")
+    v.add_argument("--chip", default=None, help="only this chip's rows (default: every row)")
+    v.add_argument("--level", type=int, default=3, help="optimisation level (default 3)")
+    v.add_argument("--quiet", action="store_true", help="no progress bar")
+    v.add_argument("--json", help="also write the rows and errors as JSON")
+    v.set_defaults(func=cmd_validate)

@@ -34,6 +34,7 @@ from .analysis.report import PassStep, Report
 from .analysis.schedule import schedule_kernels
 from .capture import Graph, capture
 from .hw.chip import Chip, get_chip
+from .hw.tiling import DTYPE_BYTES
 from .kernels.costing import cost_kernels
 from .options import (
     OPTION_DEFAULTS,
@@ -115,8 +116,30 @@ def build_report(model_name: str, chip: Chip, level: int, precision: str, cube_p
         steps.append(PassStep("schedule", schedule.latency_us, len(kernels), schedule.summary(), (),
                               sum(k.gm_bytes for k in kernels)))
     plan = memory_plan(graph, precision=cube_precision, allocator=options.plan_allocator(level))
-    return Report(model_name, chip, level, precision, batch, kernels, steps, fallbacks(graph), plan, notes,
-                  schedule)
+    return Report(model_name, chip, level, precision, batch, kernels, steps, fallbacks(graph), plan,
+                  [*notes, *load3d_note(kernels)], schedule)
+
+
+def load3d_note(kernels) -> list[str]:
+    """A line saying how much the convolutions' load3d kept off GM (none if no convolution)."""
+    expanded = read = 0.0
+    count = 0
+    for k in kernels:
+        spec = k.spec
+        im = getattr(spec, "im2col", None)
+        if im is None or not k.reports:
+            continue
+        tile = k.reports[0].tile
+        k_steps = -(-spec.k // tile["k_l1"])
+        rows = tile["m_l1"] if k_steps == 1 else tile["m_l0"]
+        a = spec.batch * spec.m * spec.k * DTYPE_BYTES[spec.dtype]
+        expanded += a
+        read += a * im.gm_fraction(rows)
+        count += 1
+    if not count or read >= expanded:
+        return []
+    return [f"{count} convolutions build their im2col rows in L1 (load3d): their inputs cross GM as "
+            f"{read / 1e6:,.1f} MB of feature-map rows instead of {expanded / 1e6:,.1f} MB of im2col rows"]
 
 
 def recost(report: Report, graph: Graph, step: str, summary: str) -> Report:

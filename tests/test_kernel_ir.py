@@ -43,7 +43,8 @@ def test_conv_gelu_on_910b_is_costed_the_way_the_fusion_pass_decided(conv_gelu):
     assert om.graph.node("gelu").group == "conv2d"
     [k] = [k for k in om.report().kernels if k.spec is spec]
     # the coster obeyed: the same simulation as the tile program with that epilogue, on AIC + AIV
-    direct = simulate_matmul(spec.m, spec.k, spec.n, dtype="fp16", chip=om.chip, epilogue=spec.epilogue)
+    direct = simulate_matmul(spec.m, spec.k, spec.n, dtype="fp16", chip=om.chip, epilogue=spec.epilogue,
+                             im2col=spec.im2col)
     assert k.reports[0].epilogue == spec.epilogue and k.time_us == pytest.approx(direct.time_us)
     assert k.resources == ("AIC", "AIV")
     kinds = set(k.reports[0].instructions.kinds)

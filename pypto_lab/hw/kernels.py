@@ -109,11 +109,37 @@ class KernelReport:
 EPILOGUES = tuple(EPILOGUE_NAMES)  # the string forms simulate_matmul takes (or an Epilogue)
 
 
+@dataclass(frozen=True)
+class Im2col:
+    """A convolution's geometry, for the bytes of its A operand: input width ``w``, output width
+    ``wo``, kernel ``kh`` x ``kw``, vertical ``stride``."""
+
+    w: int
+    wo: int
+    kh: int
+    kw: int
+    stride: int = 1
+
+    def gm_fraction(self, rows: int) -> float:
+        """GM bytes per im2col byte for a panel of ``rows`` output positions (consecutive in
+        N*Ho*Wo order): the panel spans ceil(rows / wo) + 1 output rows (it rarely starts at a row
+        boundary), which need (that - 1) * stride + kh input rows of ``w`` positions, against
+        ``rows * kh * kw`` im2col positions. At most 1: a 1x1 convolution reads what it uses
+        (Ascend C's load3d, Img2Col from L1 to L0A, the CANN convolution's data path)."""
+        out_rows = -(-rows // self.wo) + (1 if rows % self.wo else 0)
+        in_rows = (out_rows - 1) * self.stride + self.kh
+        return min(1.0, in_rows * self.w / (rows * self.kh * self.kw))
+
+
 def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chip = "Ascend910B1",
                     tile: CubeTile | dict | None = None, double_buffer: bool = True,
                     out_dtype: str | None = None, epilogue: Epilogue | str = "none", batch: int = 1,
-                    name: str | None = None) -> KernelReport:
+                    name: str | None = None, im2col: Im2col | None = None) -> KernelReport:
     """Simulate ``C[m, n] = A[m, k] @ B[k, n]`` (``batch`` independent copies) on a Cube kernel.
+
+    ``im2col``: A is a convolution's im2col matrix, which the Cube never reads from GM: each A
+    panel's feature-map rows (with their halo) load into L1 and load3d expands them on the way to
+    L0A (MTE1). GM then carries `Im2col.gm_fraction` of the expanded panel's bytes.
 
     ``epilogue`` is what happens to C between L0C and GM: an `Epilogue` (stages and the unit of
     each, `pypto_lab.hw.capabilities.place_epilogue`) or one of the names in `EPILOGUES`, placed
@@ -174,6 +200,13 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
     if copy_b:  # the int8 copy written beside the result (double-output quant fusion)
         wr += rf * cf * copy_b
         first += rf * cf * copy_b
+    if im2col is not None:  # A's GM bytes: the feature-map rows each panel needs, not their im2col
+        a_scale = im2col.gm_fraction(tile.m_l1 if k_steps == 1 else tile.m_l0)
+        a_rd = (subs_n * rf if k_steps > 1 else rf) * k * eb
+        rd -= a_rd * (1.0 - a_scale)
+        first -= np.where(bj == 0, rf * k * eb, 0.0) * (1.0 - a_scale)
+    else:
+        a_scale = 1.0
     reads, writes, unique = float(rd.sum()), float(wr.sum()), float(first.sum())
     gm_bytes = reads + writes
     # what the cores reuse at one time: the A row panels and B column panels of two waves of blocks
@@ -184,7 +217,7 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
     rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, unique - writes, busiest_rd, active, working_set)
 
     # one program per distinct list of (rows, cols) blocks: it is all a core's program depends on
-    program = CubeProgram.for_matmul(chip, plan, dtype, out_dtype, rate_rd, rate_wr, hbm_share, epilogue)
+    program = CubeProgram.for_matmul(chip, plan, dtype, out_dtype, rate_rd, rate_wr, hbm_share, epilogue, a_scale)
     shapes = np.stack([rows, cols], axis=1)
     groups: dict[bytes, tuple[np.ndarray, list[int]]] = {}
     for core in range(active):
@@ -227,7 +260,8 @@ def simulate_conv2d(n: int, c_in: int, h: int, w: int, c_out: int, kernel: int |
                     stride: int = 1, padding: int = 0, dtype: str = "fp16", chip: str | Chip = "Ascend910B1",
                     tile: CubeTile | dict | None = None, double_buffer: bool = True,
                     epilogue: Epilogue | str = "none") -> KernelReport:
-    """Convolution as implicit GEMM: M = N*Ho*Wo, K = C_in*kh*kw, N = C_out (img2col in L1)."""
+    """Convolution as implicit GEMM: M = N*Ho*Wo, K = C_in*kh*kw, N = C_out, with img2col in L1
+    (load3d): GM carries the feature map's rows, not the expanded matrix (`Im2col`)."""
     for label, v in (("n", n), ("c_in", c_in), ("h", h), ("w", w), ("c_out", c_out)):
         if not _is_int(v) or v <= 0:
             raise ValueError(f"conv2d {label} = {v!r}: tensor dimensions must be positive integers; "
@@ -251,7 +285,7 @@ def simulate_conv2d(n: int, c_in: int, h: int, w: int, c_out: int, kernel: int |
             "increase padding or the input size"
         )
     rep = simulate_matmul(n * ho * wo, c_in * kh * kw, c_out, dtype=dtype, chip=chip, tile=tile,
-                          double_buffer=double_buffer, epilogue=epilogue,
+                          double_buffer=double_buffer, epilogue=epilogue, im2col=Im2col(w, wo, kh, kw, stride),
                           name=f"conv2d {n}x{c_in}x{h}x{w} -> {c_out} k{kh}x{kw} s{stride}")
     rep.shape = {"n": n, "c_in": c_in, "h": h, "w": w, "c_out": c_out, "kh": kh, "kw": kw,
                  "stride": stride, "padding": padding, "gemm_m": n * ho * wo, "gemm_k": c_in * kh * kw,

@@ -295,7 +295,7 @@ def _mmad_loop(buf, cnt, core, m, k, n, kc, a_ready0, a_ready1, b_ready, l0a, l0
 _K, _M_L0, _N_L0, _K_L0, _K_L1, _SLOTS_L1, _SLOTS_L0A, _SLOTS_L0B, _SLOTS_L0C, _SPLIT, _ON_AIV, _RESIDUAL, \
     _BIAS_LOAD, _BIAS_BT, _BIAS_VECTOR, _CHAIN, _REPEAT_BYTES, _MAX_REPEATS, _COPY = range(19)
 # numbers (float64)
-_EB, _OB, _ACC_B, _CUBE_START, _RATE_RD, _RATE_WR, _HBM_SHARE, _BIAS_BYTES, _DRAIN_EB, _AIV_EB, _COPY_B = range(11)
+_EB, _OB, _ACC_B, _CUBE_START, _RATE_RD, _RATE_WR, _HBM_SHARE, _BIAS_BYTES, _DRAIN_EB, _AIV_EB, _COPY_B, _A_GM = range(12)
 # data paths (rows of `paths`)
 _GM_L1, _L1_L0A, _L1_L0B, _L0C_GM, _GM_UB, _UB_GM, _L0C_UB, _L1_BT = range(8)
 PATH_NAMES = ("GM_TO_L1", "L1_TO_L0A", "L1_TO_L0B", "L0C_TO_GM", "GM_TO_UB", "UB_TO_GM", "L0C_TO_UB", "L1_TO_BT")
@@ -361,8 +361,10 @@ def _cube_core(buf, cnt, cores, bm_arr, bn_arr, geo, num, frac, paths, kinds, op
                         pa = bm if k_steps == 1 else sm
                         pb = bn if k_steps == 1 else sn
                         slot, free = _acquire(l1)
-                        ld_a = _move(buf, cnt, c0, paths[_GM_L1], pa * kl1 * eb, kinds[_KA_GM], rate_rd,
-                                     free, barrier, -1)
+                        # a convolution's A is its feature map: load3d builds the im2col rows from
+                        # L1, so GM carries num[_A_GM] of the expanded panel's bytes
+                        ld_a = _move(buf, cnt, c0, paths[_GM_L1], pa * kl1 * eb * num[_A_GM], kinds[_KA_GM],
+                                     rate_rd, free, barrier, -1)
                         ld_b = _move(buf, cnt, c0, paths[_GM_L1], kl1 * pb * eb, kinds[_KB_GM], rate_rd,
                                      free, barrier, -1)
                         for p in range(n_pending):
@@ -546,6 +548,7 @@ class CubeProgram:
     bias_on_vector: bool = False
     chain: bool = False
     copy_bytes: float = 0.0
+    a_gm_scale: float = 1.0         # GM bytes of an A panel per byte the Cube reads (a convolution's load3d)
 
     def __post_init__(self):
         chip, tile = self.chip, self.tile
@@ -560,7 +563,7 @@ class CubeProgram:
                              self.chain, chip.vector.repeat_bytes, chip.vector.max_repeats, self.copy_bytes > 0],
                             np.int64)
         self.num = np.array([eb, ob, acc_b, chip.cube.startup_cycles, self.rate_rd, self.rate_wr, self.hbm_share,
-                             self.bias_bytes, DTYPE_BYTES["fp32"], ob, self.copy_bytes], np.float64)
+                             self.bias_bytes, DTYPE_BYTES["fp32"], ob, self.copy_bytes, self.a_gm_scale], np.float64)
         self.frac = np.array(cube_fractal(chip, self.dtype), np.int64)
         self.paths = _path_rows(chip, PATH_NAMES)
         self.kinds = np.arange(len(KIND_ROLES), dtype=np.int64)
@@ -568,7 +571,7 @@ class CubeProgram:
 
     @classmethod
     def for_matmul(cls, chip: Chip, plan, dtype: str, out_dtype: str, rate_rd: float, rate_wr: float,
-                   hbm_share: float, epilogue: Epilogue = NO_EPILOGUE) -> CubeProgram:
+                   hbm_share: float, epilogue: Epilogue = NO_EPILOGUE, a_gm_scale: float = 1.0) -> CubeProgram:
         """`simulate_matmul`'s program: ``epilogue``'s Vector stages on the paired vector cores
         (910B) or after the drain to UB (910A/310P, plus the cast down when no stage casts); a
         quant stage with a result that is not int8 itself writes an int8 copy beside it."""
@@ -586,7 +589,7 @@ class CubeProgram:
         return cls(chip, plan.tile, dict(plan.slots), dtype, out_dtype, rate_rd, rate_wr, hbm_share, timed,
                    vector_on_aiv=epilogue.on_vector, residual=epilogue.residual,
                    fix_kind="fixpipe L0C->GM" + (f" +{fix_label}" if fix_label else ""),
-                   copy_bytes=requant_copy_bytes(epilogue, out_dtype))
+                   copy_bytes=requant_copy_bytes(epilogue, out_dtype), a_gm_scale=a_gm_scale)
 
     def _blocks(self, blocks) -> tuple[np.ndarray, np.ndarray]:
         arr = np.asarray(blocks, np.int64).reshape(-1, 2)

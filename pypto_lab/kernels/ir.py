@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..hw.capabilities import NO_EPILOGUE, Epilogue
+from ..hw.kernels import Im2col
 from ..hw.tiling import CubeTile
 
 GM_DTYPES = ("fp16", "bf16", "fp32", "int8")
@@ -80,6 +81,7 @@ class CubeKernel(KernelSpec):
     a_format: str = ""               # GM formats of A and C ("" until the layout pass assigns them)
     c_format: str = ""
     quantize_input: InputQuant | None = None
+    im2col: Im2col | None = None     # a convolution's geometry: A is read from its feature map (load3d)
 
     def __post_init__(self):
         _positive("Cube kernel", batch=self.batch, m=self.m, k=self.k, n=self.n)

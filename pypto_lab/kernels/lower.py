@@ -15,7 +15,7 @@ from math import prod
 from ..capture.graph import Graph, Node
 from ..hw.capabilities import CoreCapabilities, capabilities
 from ..hw.chip import Chip
-from ..hw.kernels import VECTOR_OPS
+from ..hw.kernels import VECTOR_OPS, Im2col
 from .ir import (
     AttentionKernel,
     CubeKernel,
@@ -108,9 +108,22 @@ def cube_kernel(graph: Graph, node: Node, chip: Chip, precision: str) -> CubeKer
         dynamic = len(node.args) > scale_at and node.args[scale_at] is None
         quant = InputQuant(x.numel, x.shape[-1], dynamic) if x is not None and x.numel else None
         return CubeKernel(op, batch, m, k, n, "int8", "fp16", caps.place(bias=_has_bias(node), dequant=True),
-                          quantize_input=quant)
+                          quantize_input=quant, im2col=conv_im2col(graph, node))
     dtype, _ = storage_dtypes(chip, precision)
-    return CubeKernel(op, batch, m, k, n, dtype, dtype, caps.place(bias=_has_bias(node)))
+    return CubeKernel(op, batch, m, k, n, dtype, dtype, caps.place(bias=_has_bias(node)), im2col=conv_im2col(graph, node))
+
+
+def conv_im2col(graph: Graph, node: Node) -> Im2col | None:
+    """A 2-D convolution's geometry for its load3d A reads (None for other Cube ops)."""
+    if node.op not in CONVS:
+        return None
+    x, w, out = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1]), node.outputs[0].shape
+    if len(x) != 4 or len(w) != 4 or len(out) != 4:
+        return None
+    stride = node.args[3] if len(node.args) > 3 else node.kwargs.get("stride", 1)
+    s = stride[0] if isinstance(stride, (list, tuple)) and stride else stride
+    s = s if isinstance(s, int) and s > 0 else 1
+    return Im2col(int(x[3]), int(out[3]), int(w[2]), int(w[3]), s)
 
 
 def streamed_inputs(graph: Graph, nodes: list[Node], numel: int) -> list[str]:

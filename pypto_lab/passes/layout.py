@@ -13,7 +13,9 @@ consume and produce activations in NC1HWC0 (5HD, C0 = 16 for fp16) and its matmu
 * Ops that need ND: softmax, layer norm otherwise, group norm, embedding and gathers, reductions (except pooling
   and a keepdim mean/sum over H and W of a 5HD tensor), views that change the logical layout
   (view, reshape, flatten, permute, transpose, select, slice, ...), data movement other than
-  plain copies (cat, pad, ...), attention and CPU fallbacks.
+  plain copies (pad, cat other than below, ...), attention and CPU fallbacks.
+* A concatenation along C of 5HD tensors with whole C0 blocks stays 5HD; when every input comes
+  from a Cube kernel that nothing else reads, it is written in place (no kernel at all).
 * Everything else (element-wise Vector ops, pooling, unfolded BatchNorm, dropout, copies) is
   format-agnostic: it takes the format of its first activation input; other activation inputs
   in another format are converted to it (or, when that format does not fit their rank, every
@@ -183,6 +185,7 @@ class AssignLayout(Pass):
         graph.nodes, graph.outputs = new_nodes, outputs
 
         removed = remove_round_trips(graph)
+        in_place = concat_in_place(graph)
         counts: dict[str, int] = {}
         live = {n.name for n in graph.nodes}
         for td in inserted:
@@ -193,6 +196,10 @@ class AssignLayout(Pass):
         detail = f" ({', '.join(f'{k} {v}' for k, v in counts.items())})" if counts else ""
         summary = f"inserted {total} TransData{detail}, removed {removed} redundant pairs"
         notes = []
+        if in_place:
+            notes.append(self.note("", f"{len(in_place)} channel concatenations are written in place: the convolutions "
+                                       "feeding them write their results at their channel offsets in 5HD (GE's "
+                                       "ConvConcatFusionPass), so no ConcatD kernel runs"))
         if nd_matmul:
             notes.append(self.note("", f"{chip.core_version}: matmuls read ND (MTE2 converts ND->NZ on the way into "
                                        "L1) and write ND (FixPipe), so no TransData around them"))
@@ -226,6 +233,8 @@ class AssignLayout(Pass):
         agnostic = (op in PASS_THROUGH
                     or (unit == "vector" and op not in ND_VECTOR_OPS and op not in REDUCTIONS)
                     or (op in REDUCTIONS and acts and _spatial_reduction(node, infos.get(acts[0]))))
+        if op == "cat" and _channel_concat(node, acts, fmt, infos):
+            return {i: NC1HWC0 for i in acts}, NC1HWC0
         if op in NZ_LAYER_NORMS and acts and fmt[acts[0]] == NZ and _nz_layer_norm(node, infos.get(acts[0])):
             return {acts[0]: NZ, **{i: ND for i in acts[1:]}}, NZ
         if not agnostic or not acts:
@@ -239,6 +248,53 @@ class AssignLayout(Pass):
         if not _valid(primary, out_info) or not all(_valid(primary, infos.get(i)) for i in acts):
             primary = ND
         return {i: primary for i in acts}, primary
+
+
+def _channel_concat(node: Node, acts: list[str], fmt: dict[str, str], infos: dict[str, TensorInfo | None]) -> bool:
+    """A concatenation of 4-D NC1HWC0 tensors along C whose every input has a whole number of C0
+    blocks: ConcatD then concatenates C1 blocks and keeps 5HD (no TransData), as CANN's ConcatD
+    does for aligned channel counts."""
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    if not acts or not node.outputs or len(node.outputs[0].shape) != 4 or dim not in (1, -3):
+        return False
+    for i in acts:
+        info = infos.get(i)
+        if fmt.get(i) != NC1HWC0 or info is None or len(info.shape) != 4:
+            return False
+        c0 = 32 // max(1, min(2, _dtype_bytes(info.dtype)))
+        if info.shape[1] % c0:
+            return False
+    return True
+
+
+def _dtype_bytes(dtype: str) -> int:
+    return {"float16": 2, "bfloat16": 2, "float32": 2, "int8": 1, "uint8": 1}.get(dtype, 2)
+
+
+def concat_in_place(graph: Graph) -> list[str]:
+    """Channel concatenations in 5HD whose every input is written by a Cube kernel and read by
+    nothing else: those kernels write their results straight into the concatenation's output at
+    their channel offsets (GE's ConvConcatFusionPass, hicann/ge graph_fusion node_optimize), so the
+    concatenation itself runs no kernel. Returns their names."""
+    users = graph.users()
+    producers = graph.producers()
+    done = []
+    for node in graph.nodes:
+        if aten_name(node.target) != "cat" or node.format != NC1HWC0 or node.unit in (None, "free"):
+            continue
+        ok = True
+        for i in dict.fromkeys(node.inputs):
+            p = producers.get(i)
+            anchor = producers.get(p.group, p) if p is not None and p.group else p
+            if anchor is None or anchor.unit != "cube" or len(users.get(i, [])) != 1:
+                ok = False
+                break
+        if ok:
+            node.npu = NpuOp("ConcatD", "free")
+            node.kernel = None
+            node.group = None
+            done.append(node.name)
+    return done
 
 
 def remove_round_trips(graph: Graph) -> int:

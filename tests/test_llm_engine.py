@@ -15,7 +15,8 @@ from pypto_lab.llm.step_model import StepModel
 
 
 @pytest.mark.parametrize("name, billions", [("llama-2-7b", 6.74), ("llama-3-8b", 8.03), ("llama-2-70b", 68.98),
-                                            ("qwen3-30b-a3b", 30.53), ("mixtral-8x7b", 46.70), ("gpt2", 0.124)])
+                                            ("qwen3-30b-a3b", 30.53), ("mixtral-8x7b", 46.70), ("gpt2", 0.124),
+                                            ("deepseek-v3", 671.0)])
 def test_known_models_have_their_published_parameter_counts(name, billions):
     assert spec_of(name).weight_params() / 1e9 == pytest.approx(billions, rel=0.01)
 
@@ -34,7 +35,7 @@ def test_a_config_json_path_a_transformers_config_and_a_dict_give_the_same_spec(
 def test_an_unknown_model_names_the_known_ones():
     with pytest.raises(LLMConfigError, match="llama-2-7b"):
         spec_of("llama-9-1b")
-    with pytest.raises(LLMConfigError, match="MLA"):
+    with pytest.raises(LLMConfigError, match="kv_lora_rank"):
         spec_of({"model_type": "deepseek_v3", "hidden_size": 7168})
 
 
@@ -177,3 +178,17 @@ def test_every_grid_point_is_its_own_neighbour():
             if lo != hi:
                 assert costs.grid_points(lo, per_octave, floor) == (lo, lo)
                 assert costs.grid_points(hi, per_octave, floor) == (hi, hi)
+
+
+def test_multi_head_latent_attention_caches_one_latent_and_absorbs_kv_b_in_decode():
+    spec = spec_of("deepseek-v3")
+    assert spec.is_mla and spec.moe_layers == 58
+    r = simulate_generation(spec, batch=8, prompt_len=512, output_len=32, chip="Ascend910B3", cards=16,
+                            precision="w8a8")
+    # one latent (512) and one RoPE key (64) per token and layer, the same on every card
+    assert r.kv_bytes_per_token == 61 * (512 + 64) * 2
+    decode = {k.name for k in r.decode_kernels}
+    assert {"BatchMatMul_q_absorb", "BatchMatMul_v_absorb", "IncreFlashAttention", "MatMul_kv_a"} <= decode
+    assert "MatMul_kv_b" not in decode                                  # decode never expands the latent
+    assert "MatMul_kv_b" in {k.name for k in r.prefill_kernels}        # prefill does
+    assert r.hbm.weights_bytes < 0.07 * spec.weight_params()          # int8 over 16 cards

@@ -96,6 +96,15 @@ KNOWN_MODELS: dict[str, dict[str, Any]] = {
         "multi_query_attention": True, "multi_query_group_num": 2, "kv_channels": 128, "seq_length": 8192,
         "add_qkv_bias": True, "rmsnorm": True, "layernorm_epsilon": 1e-5,
     },
+    "deepseek-v3": {
+        "_source": _hf("deepseek-ai/DeepSeek-V3"), "model_type": "deepseek_v3", "vocab_size": 129280,
+        "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61,
+        "num_attention_heads": 128, "num_key_value_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128, "n_routed_experts": 256,
+        "num_experts_per_tok": 8, "n_shared_experts": 1, "n_group": 8, "topk_group": 4, "first_k_dense_replace": 3,
+        "scoring_func": "sigmoid", "norm_topk_prob": True, "max_position_embeddings": 163840, "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+    },
     "mixtral-8x7b": {
         "_source": _hf("mistralai/Mixtral-8x7B-v0.1"), "model_type": "mixtral", "vocab_size": 32000,
         "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
@@ -141,12 +150,20 @@ class LLMSpec:
     topk_groups: int = 1
     router: str = "softmax"
     dense_layers: int = 0
+    kv_lora_rank: int = 0          # multi-head latent attention (DeepSeek-V2/V3): the cached latent's width
+    q_lora_rank: int = 0
+    qk_rope_dim: int = 0           # of head_dim, the part RoPE rotates (a shared key in MLA)
+    v_head_dim: int = 0
     source: str = ""
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def is_moe(self) -> bool:
         return self.experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
 
     @property
     def moe_layers(self) -> int:
@@ -156,6 +173,10 @@ class LLMSpec:
         """Parameters (weights, biases and norms), counted from the architecture."""
         h, d = self.hidden, self.head_dim
         attn = h * (self.heads + 2 * self.kv_heads) * d + self.heads * d * h
+        if self.is_mla:
+            nope, v, r, ql = d - self.qk_rope_dim, self.v_head_dim, self.kv_lora_rank, self.q_lora_rank
+            q = h * ql + ql + ql * self.heads * d if ql else h * self.heads * d
+            attn = q + h * (r + self.qk_rope_dim) + r + r * self.heads * (nope + v) + self.heads * v * h
         if self.qkv_bias:
             attn += (self.heads + 2 * self.kv_heads) * d
         norms = 2 * h + (2 * d if self.qk_norm else 0)
@@ -215,9 +236,7 @@ def spec_from_dict(cfg: dict[str, Any], name: str | None = None) -> LLMSpec:
             f"{', '.join(sorted(known))}. Fix: pass an LLMSpec(...) describing the architecture, or a config of "
             "one of these types")
     if mt.startswith("deepseek"):
-        raise LLMConfigError(
-            f"model_type {mt!r}: multi-head latent attention (MLA) is not modelled by the LLM engine yet. "
-            "Fix: describe an equivalent GQA model with LLMSpec(...) for a first estimate")
+        return _deepseek(cfg, name, src)
     h = int(cfg["hidden_size"])
     heads = int(cfg["num_attention_heads"])
     kv = int(cfg.get("num_key_value_heads") or heads)
@@ -242,6 +261,29 @@ def spec_from_dict(cfg: dict[str, Any], name: str | None = None) -> LLMSpec:
                    rotary_fraction=float(cfg.get("partial_rotary_factor", 1.0)),
                    tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
                    max_positions=int(cfg.get("max_position_embeddings", 4096)), source=src, **moe)
+
+
+def _deepseek(cfg: dict[str, Any], name: str, src: str) -> LLMSpec:
+    """DeepSeek-V2/V3: multi-head latent attention and a routed + shared MoE after the first
+    ``first_k_dense_replace`` dense layers."""
+    if not cfg.get("kv_lora_rank"):
+        raise LLMConfigError(f"{name}: a DeepSeek config without kv_lora_rank. Rule: the engine reads DeepSeek's "
+                             "multi-head latent attention from kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim and "
+                             "v_head_dim. Fix: pass the model's config.json")
+    rope, nope = int(cfg["qk_rope_head_dim"]), int(cfg["qk_nope_head_dim"])
+    shared = int(cfg.get("n_shared_experts") or 0)
+    return LLMSpec(name=name, vocab=int(cfg["vocab_size"]), hidden=int(cfg["hidden_size"]),
+                   layers=int(cfg["num_hidden_layers"]), heads=int(cfg["num_attention_heads"]), kv_heads=1,
+                   head_dim=rope + nope, intermediate=int(cfg["intermediate_size"]),
+                   rotary_fraction=rope / (rope + nope), max_positions=int(cfg.get("max_position_embeddings", 4096)),
+                   experts=int(cfg["n_routed_experts"]), top_k=int(cfg["num_experts_per_tok"]),
+                   expert_intermediate=int(cfg["moe_intermediate_size"]), shared_experts=1 if shared else 0,
+                   shared_intermediate=int(cfg["moe_intermediate_size"]) * shared,
+                   expert_groups=int(cfg.get("n_group") or 1), topk_groups=int(cfg.get("topk_group") or 1),
+                   router="sigmoid" if cfg.get("scoring_func") == "sigmoid" else "softmax",
+                   dense_layers=int(cfg.get("first_k_dense_replace") or 0), kv_lora_rank=int(cfg["kv_lora_rank"]),
+                   q_lora_rank=int(cfg.get("q_lora_rank") or 0), qk_rope_dim=rope, v_head_dim=int(cfg["v_head_dim"]),
+                   source=src)
 
 
 def known_models() -> list[str]:
@@ -305,6 +347,8 @@ def fits_tp(spec: LLMSpec, tp: int) -> None:
 
 def kv_heads_per_card(spec: LLMSpec, tp: int) -> int:
     """KV heads each card holds: split when there are at least ``tp``, else replicated (as vLLM does)."""
+    if spec.is_mla:
+        return 1            # the latent is shared by every head: each card caches it whole
     return spec.kv_heads // tp if spec.kv_heads >= tp else 1
 
 

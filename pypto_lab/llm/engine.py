@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..hw.chip import Chip, get_chip
-from ..hw.collectives import get_topology
+from ..hw.collectives import get_topology, list_topologies
 from .configs import LLMConfigError, LLMSpec, spec_of
 from .forward import Hardware, StepKernel, check_hardware, forward_kernels, step_time_us
 from .memory import (
@@ -32,20 +32,24 @@ from .memory import (
 )
 from .serving import ServeReport, simulate_serving
 
-# Which server a chip's cards sit in when a run spans several cards (hw/topologies/*.toml).
-DEFAULT_TOPOLOGY = {"Ascend910A": "Atlas800T-910A"}
-DEFAULT_TOPOLOGY_910B = "Atlas800I-A2"
-
 
 def default_topology(chip: Chip, cards: int):
+    """The server preset for ``cards`` cards of ``chip``'s family (hw/topologies/*.toml): the
+    smallest that holds them, preferring one built of this very chip."""
     if cards <= 1:
         return None
-    name = DEFAULT_TOPOLOGY.get(chip.name, DEFAULT_TOPOLOGY_910B if chip.name.startswith("Ascend910B") else None)
-    if name is None:
+    family = chip.name[:10]                      # "Ascend910B", "Ascend910A"
+    fits = []
+    for name in list_topologies():
+        t = get_topology(name)
+        if t.chip.startswith(family) and t.max_cards >= cards:
+            fits.append((t.max_cards, t.chip != chip.name, name, t))
+    if not fits:
         raise LLMConfigError(
-            f"cards = {cards} on {chip.name}: no server topology is known for this chip. Rule: more than one card "
-            "needs a topology (hw/topologies/*.toml). Fix: pass topology=<name or path>, or cards=1")
-    return get_topology(name)
+            f"cards = {cards} on {chip.name}: no server topology of that chip family holds {cards} cards "
+            f"({', '.join(list_topologies())}). Rule: more than one card needs a topology. Fix: pass "
+            "topology=<a TOML path> describing your cluster, or fewer cards")
+    return min(fits)[3]
 
 
 def hardware(chip: str | Chip, cards: int = 1, tp: int | None = None, ep: int = 1, precision: str = "fp16",

@@ -162,6 +162,45 @@ def _mlp(spec: LLMSpec, hw: Hardware, t: int, width: int, add, tag: str, count: 
     add(f"MatMul{tag}_down", "matmul", lambda: _mm(hw, t, width, h), count, t * (h + width) * ab)
 
 
+def _mla_attention(spec: LLMSpec, hw: Hardware, t: int, prefill, decode, add) -> None:
+    """Multi-head latent attention (DeepSeek-V2/V3), as vLLM-Ascend and MindIE run it. Each token
+    caches one latent of ``kv_lora_rank`` and one RoPE key shared by all heads. Prefill expands
+    the latent of every context token into per-head keys and values (``kv_b``) and runs
+    PromptFlashAttention over them; decode absorbs ``kv_b`` into the query and the output
+    (two batched matmuls per head) and attends over the latent itself: one KV "head" of
+    ``kv_lora_rank + rope`` dims that every query head shares, so the cache is read once."""
+    L, h, ab = spec.layers, spec.hidden, hw.act_bytes
+    heads, d, rope = spec.heads // hw.tp, spec.head_dim, spec.qk_rope_dim
+    nope, r, v, ql = d - rope, spec.kv_lora_rank, spec.v_head_dim, spec.q_lora_rank
+    if ql:
+        add("MatMul_q_a", "matmul", lambda: _mm(hw, t, h, ql), L, t * (h + ql) * ab)
+        add("RmsNorm_q", "norm", lambda: costs.vector(hw.chip, "rmsnorm", t * ql, hw.act_dtype, row_len=ql), L,
+            2 * t * ql * ab)
+        add("MatMul_q_b", "matmul", lambda: _mm(hw, t, ql, heads * d), L, t * (ql + heads * d) * ab)
+    else:
+        add("MatMul_q", "matmul", lambda: _mm(hw, t, h, heads * d), L, t * (h + heads * d) * ab)
+    add("MatMul_kv_a", "matmul", lambda: _mm(hw, t, h, r + rope), L, t * (h + r + rope) * ab)
+    add("RmsNorm_kv", "norm", lambda: costs.vector(hw.chip, "rmsnorm", t * r, hw.act_dtype, row_len=r), L,
+        2 * t * r * ab)
+    add("RotaryPositionEmbedding", "rope", lambda: costs.vector(hw.chip, ROPE, t * (heads + 1) * rope, hw.act_dtype,
+                                                                key="rope"), L, 2 * t * (heads + 1) * rope * ab)
+    add("ScatterUpdate_kv_cache", "kv_write", lambda: costs.vector(hw.chip, COPY, t * (r + rope), hw.act_dtype), L,
+        t * (r + rope) * (ab + KV_DTYPES[hw.kv_dtype]))
+    if prefill:
+        ctx = int(sum(c + p for c, p in prefill))
+        add("MatMul_kv_b", "matmul", lambda: _mm(hw, ctx, r, heads * (nope + v)), L, ctx * (r + heads * (nope + v)) * ab)
+        for (chunk, past), n in sorted(Counter((int(c), int(p)) for c, p in prefill).items()):
+            add("PromptFlashAttention", "attention", lambda n=n, chunk=chunk, past=past: costs.prompt_flash_attention(
+                hw.chip, n, heads, chunk, past, d, hw.act_dtype), L, n * chunk * heads * d * 2 * ab)
+    if decode:
+        b = len(decode)
+        ctx = int(round(float(np.mean(decode))))
+        add("BatchMatMul_q_absorb", "matmul", lambda: _mm(hw, b, nope, r, batch=heads), L, b * heads * (nope + r) * ab)
+        add("IncreFlashAttention", "attention", lambda: costs.incre_flash_attention(
+            hw.chip, b, 1, heads, ctx, r + rope, hw.act_dtype, hw.kv_dtype), L, b * heads * (r + rope) * 2 * ab)
+        add("BatchMatMul_v_absorb", "matmul", lambda: _mm(hw, b, r, v, batch=heads), L, b * heads * (r + v) * ab)
+
+
 def forward_kernels(spec: LLMSpec, hw: Hardware, prefill: Sequence[tuple[int, int]] = (),
                     decode: Sequence[int] = (), costed: bool = True) -> list[StepKernel]:
     """The kernels of one forward pass on one card (see the module's docstring). ``costed=False``
@@ -188,28 +227,32 @@ def forward_kernels(spec: LLMSpec, hw: Hardware, prefill: Sequence[tuple[int, in
     norm = ADD_RMSNORM if spec.norm == "rms" else ADD_LAYERNORM
     nname = "AddRmsNorm" if spec.norm == "rms" else "AddLayerNorm"
     add(nname, "norm", lambda: costs.vector(hw.chip, norm, t * h, hw.act_dtype, row_len=h, key=nname), 2 * L, 4 * t * h * ab)
-    qkv_n = (heads + 2 * kvh) * d
-    add("MatMul_qkv", "matmul", lambda: _mm(hw, t, h, qkv_n), L, t * (h + qkv_n) * ab)
-    if spec.qk_norm:
-        add("RmsNorm_qk", "norm", lambda: costs.vector(hw.chip, "rmsnorm", t * (heads + kvh) * d, hw.act_dtype, row_len=d),
-            L, 2 * t * (heads + kvh) * d * ab)
-    rot = int(round(d * spec.rotary_fraction))
-    if rot:
-        add("RotaryPositionEmbedding", "rope", lambda: costs.vector(hw.chip, ROPE, t * (heads + kvh) * rot, hw.act_dtype,
-                                                            key="rope"), L, 2 * t * (heads + kvh) * d * ab)
-    kvb = KV_DTYPES[hw.kv_dtype]
-    add("ScatterUpdate_kv_cache", "kv_write", lambda: costs.vector(hw.chip, COPY, 2 * t * kvh * d, hw.act_dtype), L,
-        2 * t * kvh * d * (ab + kvb))
-    groups = Counter((int(c), int(p)) for c, p in prefill)
-    for (chunk, past), n in sorted(groups.items()):
-        add("PromptFlashAttention", "attention", lambda n=n, chunk=chunk, past=past: costs.prompt_flash_attention(
-            hw.chip, n, heads, chunk, past, d, hw.act_dtype), L, n * chunk * heads * d * 2 * ab)
-    if decode:
-        ctx = int(round(float(np.mean(decode))))
-        group = max(1, heads // kvh)
-        add("IncreFlashAttention", "attention", lambda: costs.incre_flash_attention(
-            hw.chip, len(decode), kvh, group, ctx, d, hw.act_dtype, hw.kv_dtype), L, len(decode) * heads * d * 2 * ab)
-    add("MatMul_o_proj", "matmul", lambda: _mm(hw, t, heads * d, h), L, t * (h + heads * d) * ab)
+    if spec.is_mla:
+        _mla_attention(spec, hw, t, prefill, decode, add)
+    else:
+        qkv_n = (heads + 2 * kvh) * d
+        add("MatMul_qkv", "matmul", lambda: _mm(hw, t, h, qkv_n), L, t * (h + qkv_n) * ab)
+        if spec.qk_norm:
+            add("RmsNorm_qk", "norm", lambda: costs.vector(hw.chip, "rmsnorm", t * (heads + kvh) * d, hw.act_dtype, row_len=d),
+                L, 2 * t * (heads + kvh) * d * ab)
+        rot = int(round(d * spec.rotary_fraction))
+        if rot:
+            add("RotaryPositionEmbedding", "rope", lambda: costs.vector(hw.chip, ROPE, t * (heads + kvh) * rot, hw.act_dtype,
+                                                                key="rope"), L, 2 * t * (heads + kvh) * d * ab)
+        kvb = KV_DTYPES[hw.kv_dtype]
+        add("ScatterUpdate_kv_cache", "kv_write", lambda: costs.vector(hw.chip, COPY, 2 * t * kvh * d, hw.act_dtype), L,
+            2 * t * kvh * d * (ab + kvb))
+        groups = Counter((int(c), int(p)) for c, p in prefill)
+        for (chunk, past), n in sorted(groups.items()):
+            add("PromptFlashAttention", "attention", lambda n=n, chunk=chunk, past=past: costs.prompt_flash_attention(
+                hw.chip, n, heads, chunk, past, d, hw.act_dtype), L, n * chunk * heads * d * 2 * ab)
+        if decode:
+            ctx = int(round(float(np.mean(decode))))
+            group = max(1, heads // kvh)
+            add("IncreFlashAttention", "attention", lambda: costs.incre_flash_attention(
+                hw.chip, len(decode), kvh, group, ctx, d, hw.act_dtype, hw.kv_dtype), L, len(decode) * heads * d * 2 * ab)
+    vd = spec.v_head_dim if spec.is_mla else d
+    add("MatMul_o_proj", "matmul", lambda: _mm(hw, t, heads * vd, h), L, t * (h + heads * vd) * ab)
     add("AllReduce_attention", "allreduce", lambda: _comm(hw, "allreduce", t * h * ab, tp), L, comm=True)
 
     if not spec.is_moe:

@@ -52,7 +52,10 @@ def weights_bytes(spec: LLMSpec, hw: Hardware) -> int:
 
 
 def kv_bytes_per_token(spec: LLMSpec, hw: Hardware) -> int:
-    """KV-cache bytes one token takes on a card: a key and a value per KV head per layer."""
+    """KV-cache bytes one token takes on a card: a key and a value per KV head per layer (MLA:
+    the compressed latent and the RoPE key, the same on every card)."""
+    if spec.is_mla:   # one latent of kv_lora_rank plus the shared RoPE key per token and layer
+        return spec.layers * (spec.kv_lora_rank + spec.qk_rope_dim) * KV_DTYPES[hw.kv_dtype]
     return 2 * spec.layers * kv_heads_per_card(spec, hw.tp) * spec.head_dim * KV_DTYPES[hw.kv_dtype]
 
 

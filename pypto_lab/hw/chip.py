@@ -12,7 +12,6 @@ naming the file, the key and the value.
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -20,6 +19,8 @@ from types import MappingProxyType
 from typing import Any
 
 import tomllib
+
+from .preset_file import PresetReader
 
 PRESET_DIR = Path(__file__).with_name("presets")
 
@@ -235,71 +236,10 @@ _TIMING_KEYS = {"cycles_per_repeat": float, "startup_cycles": float, "min_cycles
 _TOP_KEYS = {"chip", "buffers", "paths", "cube", "vector", "calibration"}
 
 
-class _Reader:
-    """Reads one preset, unwrapping ``{value, source}`` and remembering the sources."""
-
-    def __init__(self, file: str):
-        self.file = file
-        self.sources: dict[str, str] = {}
-
-    def fail(self, key: str, value: Any, rule: str) -> ChipConfigError:
-        return ChipConfigError(f"{self.file}: key '{key}' = {value!r}: {rule}")
-
-    def unwrap(self, key: str, raw: Any) -> Any:
-        if isinstance(raw, dict) and "value" in raw:
-            extra = set(raw) - {"value", "source", "note"}
-            if extra:
-                raise self.fail(key, raw, f"unknown field(s) {sorted(extra)}; allowed: value, source, note")
-            if "source" in raw:
-                self.sources[key] = str(raw["source"])
-            return raw["value"]
-        return raw
-
-    def section(self, prefix: str, table: Any, schema: dict[str, type], optional: set[str] = frozenset()):
-        if not isinstance(table, dict):
-            raise self.fail(prefix, table, "must be a table")
-        unknown = set(table) - set(schema)
-        if unknown:
-            k = sorted(unknown)[0]
-            raise self.fail(f"{prefix}.{k}", table[k], f"unknown key; allowed keys: {', '.join(schema)}")
-        out = {}
-        for key, typ in schema.items():
-            full = f"{prefix}.{key}"
-            if key not in table:
-                if key in optional:
-                    continue
-                raise self.fail(full, None, "missing key; add it (see the shipped presets for an example)")
-            value = self.unwrap(full, table[key])
-            out[key] = self.check_type(full, value, typ)
-        return out
-
-    def check_type(self, key: str, value: Any, typ: type) -> Any:
-        if typ is float:
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise self.fail(key, value, "must be a number")
-            value = float(value)
-            if not math.isfinite(value):
-                raise self.fail(key, value, "must be finite")
-        elif typ is int:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise self.fail(key, value, "must be an integer")
-        elif typ is bool:
-            if not isinstance(value, bool):
-                raise self.fail(key, value, "must be true or false")
-        elif not isinstance(value, typ):
-            raise self.fail(key, value, f"must be a {typ.__name__}")
-        return value
-
-    def positive(self, key: str, value: float, allow_zero: bool = False):
-        if value < 0 or (value == 0 and not allow_zero):
-            rule = "must be >= 0" if allow_zero else "must be > 0"
-            raise self.fail(key, value, f"impossible value: {rule}")
-
-
 def load_chip(path: str | Path) -> Chip:
     """Load and validate a chip preset file."""
     path = Path(path)
-    r = _Reader(str(path))
+    r = PresetReader(str(path), ChipConfigError, f"see the shipped presets in {PRESET_DIR}")
     try:
         with open(path, "rb") as fh:
             doc = tomllib.load(fh)

@@ -23,6 +23,7 @@ from typing import Any
 import tomllib
 
 from .chip import Chip, ChipConfigError, get_chip, list_chips
+from .preset_file import PresetReader
 
 TOPOLOGY_DIR = Path(__file__).with_name("topologies")
 LINK_KINDS = ("full_mesh", "switched")
@@ -155,56 +156,10 @@ _LEVEL_KEYS = {"name": str, "link": str, "kind": str, "size": int, "links_per_ca
 _PLAIN = {"name", "link", "kind"}  # identifiers, not constants: no source needed
 
 
-class _Reader:
-    def __init__(self, file: str):
-        self.file = file
-        self.sources: dict[str, str] = {}
-
-    def fail(self, key: str, value: Any, rule: str, fix: str) -> TopologyError:
-        return TopologyError(f"{self.file}: key '{key}' = {value!r}: {rule}; fix: {fix}")
-
-    def read(self, prefix: str, table: Any, schema: dict[str, type]) -> dict[str, Any]:
-        example = f"see the shipped presets in {TOPOLOGY_DIR}"
-        if not isinstance(table, dict):
-            raise self.fail(prefix, table, "must be a table", example)
-        unknown = sorted(set(table) - set(schema))
-        if unknown:
-            k = unknown[0]
-            raise self.fail(f"{prefix}.{k}", table[k], "unknown key", f"use only {', '.join(schema)}")
-        out = {}
-        for key, typ in schema.items():
-            full = f"{prefix}.{key}"
-            if key not in table:
-                raise self.fail(full, None, "missing key", f"add it ({example})")
-            raw = table[key]
-            if isinstance(raw, dict) and "value" in raw:
-                extra = sorted(set(raw) - {"value", "source", "note"})
-                if extra:
-                    raise self.fail(full, raw, f"unknown field(s) {extra}", "use value, source, note")
-                if "source" in raw:
-                    self.sources[full] = str(raw["source"])
-                raw = raw["value"]
-            out[key] = self.typed(full, raw, typ)
-        return out
-
-    def typed(self, key: str, value: Any, typ: type) -> Any:
-        if typ is float:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise self.fail(key, value, "must be a finite number", "write a number such as 28.0")
-            return float(value)
-        if typ is int:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise self.fail(key, value, "must be an integer", "write a whole number such as 8")
-            return value
-        if not isinstance(value, typ):
-            raise self.fail(key, value, f"must be a {typ.__name__}", "quote it as a string")
-        return value
-
-
 def load_topology(path: str | Path) -> Topology:
     """Load and validate a topology preset file."""
     path = Path(path)
-    r = _Reader(str(path))
+    r = PresetReader(str(path), TopologyError, f"see the shipped presets in {TOPOLOGY_DIR}")
     try:
         with open(path, "rb") as fh:
             doc = tomllib.load(fh)
@@ -215,7 +170,7 @@ def load_topology(path: str | Path) -> Topology:
         raise r.fail(unknown[0], doc[unknown[0]], "unknown section", "use only [topology] and [[levels]]")
     if "topology" not in doc:
         raise r.fail("topology", None, "missing section", "add a [topology] table with name, chip, launch_us")
-    t = r.read("topology", doc["topology"], _TOPOLOGY_KEYS)
+    t = r.section("topology", doc["topology"], _TOPOLOGY_KEYS)
     if t["launch_us"] < 0:
         raise r.fail("topology.launch_us", t["launch_us"], "impossible value: must be >= 0", "use 0 or more")
     try:
@@ -231,7 +186,7 @@ def load_topology(path: str | Path) -> Topology:
     levels = []
     for i, table in enumerate(raw_levels):
         prefix = f"levels[{i}]"
-        lv = r.read(prefix, table, _LEVEL_KEYS)
+        lv = r.section(prefix, table, _LEVEL_KEYS)
         if lv["kind"] not in LINK_KINDS:
             raise r.fail(f"{prefix}.kind", lv["kind"], "unknown link kind", f"use one of {', '.join(LINK_KINDS)}")
         for key in ("size", "links_per_card"):

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from .hw.chip import list_chips
 from .optimize import optimize
 
 DATA = Path(__file__).resolve().parents[1] / "datasets" / "published"
@@ -78,7 +79,7 @@ BUILDERS: dict[str, Callable] = {
 
 def _chip_of(text: str) -> str:
     t = text.replace(" ", "")
-    for name in ("Ascend310P3", "Ascend910A", "Ascend910B1", "Ascend910B2", "Ascend910B3", "Ascend910B4"):
+    for name in sorted(list_chips(), key=len, reverse=True):
         if name in t:
             return name
     if t.startswith("Ascend310P"):

@@ -162,6 +162,11 @@ class LLMSpec:
         return self.experts > 0
 
     @property
+    def expert_params(self) -> int:
+        """Parameters of one routed expert's MLP."""
+        return (3 if self.mlp == "swiglu" else 2) * self.hidden * self.expert_intermediate
+
+    @property
     def is_mla(self) -> bool:
         return self.kv_lora_rank > 0
 
@@ -181,7 +186,7 @@ class LLMSpec:
             attn += (self.heads + 2 * self.kv_heads) * d
         norms = 2 * h + (2 * d if self.qk_norm else 0)
         dense_mlp = (3 if self.mlp == "swiglu" else 2) * h * self.intermediate
-        per_expert = (3 if self.mlp == "swiglu" else 2) * h * self.expert_intermediate
+        per_expert = self.expert_params
         shared = (3 if self.mlp == "swiglu" else 2) * h * self.shared_intermediate * self.shared_experts
         moe_mlp = self.experts * per_expert + shared + h * self.experts
         body = self.layers * (attn + norms) + self.dense_layers * dense_mlp if self.is_moe else \

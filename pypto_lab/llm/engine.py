@@ -64,8 +64,7 @@ def hardware(chip: str | Chip, cards: int = 1, tp: int | None = None, ep: int = 
                              f"(the rest replicate as data parallelism). Fix: tp in {[d for d in range(1, cards + 1) if cards % d == 0]}")
     if launch_us < 0:
         raise LLMConfigError(f"launch_us = {launch_us}: a per-kernel launch cost is >= 0 microseconds. Fix: 0 or more")
-    topo = get_topology(topology) if topology is not None and not hasattr(topology, "cards_per_server") else topology
-    topo = topo if topo is not None else default_topology(chip, cards)
+    topo = get_topology(topology) if topology is not None else default_topology(chip, cards)
     kv = kv_dtype or ("bf16" if precision == "bf16" else "fp16")
     return Hardware(chip=chip, cards=cards, tp=tp, ep=ep, topology=topo, precision=precision, kv_dtype=kv,
                     launch_us=float(launch_us))
@@ -239,7 +238,6 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
     n = max(2, min(context_points, steps))
     ctxs = sorted({round(first + (last - first) * i / (n - 1)) for i in range(n)})
     per_ctx = []
-    mid_kernels = None
     for c in ctxs:
         ks = forward_kernels(spec, hw, decode=[c] * b)
         per_ctx.append((c, step_time_us(ks) / 1000, sum(k.time_us for k in ks if k.comm) / 1000))

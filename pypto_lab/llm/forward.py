@@ -270,12 +270,10 @@ def forward_kernels(spec: LLMSpec, hw: Hardware, prefill: Sequence[tuple[int, in
         if ep > 1:
             add("AlltoAll_dispatch", "alltoall", lambda: _comm(hw, "alltoall", t * k * h * ab, ep), ml, comm=True)
         width = spec.expert_intermediate // etp
-        local_experts = e // ep
         active, rows = expected_expert_load(t * (ep if ep > 1 else 1), k, e)
         active_local = max(1, round(active / ep))
         rows_local = max(16, rows // ep)
         m_each = max(1, rows_local // active_local)
-        del local_experts
         if spec.mlp == "swiglu":
             add("GroupedMatmul_gate_up", "matmul", lambda: _mm(hw, m_each, h, 2 * width, batch=active_local), ml,
                 rows_local * (h + 2 * width) * ab)

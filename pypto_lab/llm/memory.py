@@ -44,8 +44,7 @@ def weights_bytes(spec: LLMSpec, hw: Hardware) -> int:
     """Weight bytes per card."""
     total = spec.weight_params()
     if spec.is_moe:
-        per_expert = (3 if spec.mlp == "swiglu" else 2) * spec.hidden * spec.expert_intermediate
-        experts = spec.moe_layers * spec.experts * per_expert
+        experts = spec.moe_layers * spec.experts * spec.expert_params
         dense = total - experts
         return int((dense / hw.tp + experts / hw.cards) * hw.weight_bytes)
     return int(total / hw.tp * hw.weight_bytes)

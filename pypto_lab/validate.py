@@ -10,6 +10,11 @@ the error of each, the median and worst |error|, and the leave-one-model-out err
 The simulator has no constant fitted to these rows, so leaving a model out changes nothing: its
 leave-one-model-out error is its error, and the report says so. (A whole-model constant fitted to
 the rows would have to be refitted without each model in turn; see the issue's rules.)
+
+`conflicting_rows` finds pairs of published rows for the same model, chip, batch and shape whose
+figures are too far apart for any one simulated figure to lie within ±15 % of both (RoBERTa and
+ALBERT at batch 1: ATC-compiled against TorchAIE-compiled): the band no simulator can meet on
+them.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from .hw.chip import list_chips
 from .optimize import optimize
 
 DATA = Path(__file__).resolve().parents[1] / "datasets" / "published"
+TOLERANCE = 0.15   # issue 14's band: every row within ±15 %
 
 
 class ValidationError(ValueError):
@@ -133,10 +139,17 @@ class ValidationReport:
             out.setdefault(r.key, []).append(abs(r.error))
         return {k: statistics.median(v) for k, v in out.items()}
 
+    def conflicts(self, tolerance: float = TOLERANCE) -> list[tuple[Row, Row]]:
+        """Pairs of published rows for the same model, chip, batch and shape that no single figure
+        can match within ``tolerance`` of both: published ``hi / lo > (1 + t) / (1 - t)``. Every
+        simulator, however faithful, misses one row of such a pair by more than ``tolerance``."""
+        return conflicting_rows(self.rows, tolerance)
+
     def to_dict(self) -> dict[str, Any]:
         return {"level": self.level, "rows": [r.to_dict() for r in self.rows],
                 "median_abs_error": self.median_abs_error, "worst_abs_error": abs(self.worst.error),
-                "leave_one_model_out": self.leave_one_model_out(), "fitted_constants": list(self.fitted_constants)}
+                "leave_one_model_out": self.leave_one_model_out(), "fitted_constants": list(self.fitted_constants),
+                "conflicting_rows": [[a.to_dict(), b.to_dict()] for a, b in self.conflicts()]}
 
     def table(self) -> str:
         lines = [f"{'model':<16} {'chip':<12} {'batch':>5} {'seq/res':>7} {'published/s':>11} {'simulated/s':>11} "
@@ -149,7 +162,31 @@ class ValidationReport:
         lines.append(f"median |error| {self.median_abs_error:.1%}; worst {abs(w.error):.1%} ({w.key} batch {w.batch})")
         lines.append("leave-one-model-out median |error| (nothing is fitted to these rows, so it is each model's own): "
                      + ", ".join(f"{k} {v:.0%}" for k, v in self.leave_one_model_out().items()))
+        for a, b in self.conflicts():
+            size = a.seq if a.seq else a.resolution
+            lines.append(f"published rows that disagree beyond ±{TOLERANCE:.0%} of any one figure: {a.key} batch "
+                         f"{a.batch} ({size}): {a.published:,.1f}/s ({_tool(a)}) vs {b.published:,.1f}/s ({_tool(b)})")
         return "\n".join(lines)
+
+
+def _tool(row: Row) -> str:
+    """Which compiler produced a published row's model, from its source path."""
+    return "TorchAIE" if "TorchAIE" in row.source else "ATC"
+
+
+def conflicting_rows(rows: list[Row], tolerance: float = TOLERANCE) -> list[tuple[Row, Row]]:
+    """Pairs of rows (same model, chip, batch, sequence and resolution) whose published figures are
+    further apart than any one figure within ``tolerance`` of both allows."""
+    if not 0 < tolerance < 1:
+        raise ValidationError(f"tolerance {tolerance!r}: must lie strictly between 0 and 1 (0.15 is ±15 %)")
+    limit = (1 + tolerance) / (1 - tolerance)
+    out = []
+    for i, a in enumerate(rows):
+        for b in rows[i + 1:]:
+            same = (a.key, a.chip, a.batch, a.seq, a.resolution) == (b.key, b.chip, b.batch, b.seq, b.resolution)
+            if same and max(a.published, b.published) / min(a.published, b.published) > limit:
+                out.append((a, b))
+    return out
 
 
 def _int(text: str) -> int | None:
@@ -194,4 +231,4 @@ def validate(chip: str | None = None, level: int = 3, rows: list[Row] | None = N
     return ValidationReport(rows, level)
 
 
-__all__ = ["BUILDERS", "Row", "ValidationError", "ValidationReport", "published_rows", "validate"]
+__all__ = ["BUILDERS", "TOLERANCE", "Row", "conflicting_rows", "ValidationError", "ValidationReport", "published_rows", "validate"]

@@ -492,6 +492,10 @@ Where the model is trustworthy, and where not, and why:
 * **Too slow at large batch** (the full table): the 310P3's activations at batch 64 are many times
   its L2, and its LPDDR4X moves 204 GB/s; the real chip keeps more of them on chip (L2 residency,
   fusion of consecutive layers) than the simulator yet models.
+* **Published figures disagree among themselves**: RoBERTa-base and ALBERT-base-v2 at batch 1 each
+  have two published figures on the same chip (an ATC-compiled OM and a TorchAIE-compiled module)
+  further apart than any ±15 % band can span; `pypto-lab validate` lists such pairs. A figure
+  measures the tool chain as well as the chip.
 """)
 
 

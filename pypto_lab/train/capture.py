@@ -1,0 +1,293 @@
+"""Capture one training step as one graph: forward, loss and backward (AOT autograd's joint graph).
+
+`capture_step(model, example_batch, loss_fn)` traces ``loss = loss_fn(model(*inputs), target)``
+(or ``model(**batch).loss`` for a dict batch, as transformers models return it) with
+``torch._functorch.aot_autograd.aot_export_module(..., trace_joint=True)``: one ATen graph whose
+forward nodes compute the loss and whose backward nodes (everything downstream of the loss's
+``ones_like`` seed) compute a gradient for every parameter. Shapes come from fake tensors, so a
+model on the meta device (a transformers config built with no weights) captures too.
+
+`StepGraph` splits the nodes into forward and backward, resolves views to the tensor they alias,
+names the activations the backward reads (what the forward must keep alive), and maps every
+gradient output to its parameter. The optimizer update is not in the graph: `pypto_lab.train.step`
+adds its kernels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+# ATen ops that create no data: their output aliases their first input (or is a tiny constant)
+ALIASES = {
+    "aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten.t.default",
+    "aten.alias.default", "aten.expand.default", "aten.unsqueeze.default", "aten.squeeze.dim",
+    "aten.squeeze.dims", "aten.squeeze.default", "aten.slice.Tensor", "aten.select.int", "aten.detach.default",
+    "aten.as_strided.default", "aten.permute.default", "aten.transpose.int", "aten.split.Tensor",
+    "aten.split_with_sizes.default", "aten.unbind.int", "aten.lift_fresh_copy.default",
+}
+
+
+class TrainCaptureError(ValueError):
+    """A model or batch the training capture cannot trace; the message names the rule and a fix."""
+
+
+@dataclass
+class StepGraph:
+    """A captured training step: the joint graph and what each of its nodes is."""
+
+    gm: torch.fx.GraphModule
+    params: dict[str, torch.fx.Node]               # parameter name -> its placeholder
+    grads: dict[str, torch.fx.Node]                # parameter name -> the node that outputs its gradient
+    user_inputs: list[torch.fx.Node]
+    forward: list[torch.fx.Node]                   # compute nodes of the forward and the loss, in order
+    backward: list[torch.fx.Node]                  # compute nodes of the backward, in order
+    base: dict[torch.fx.Node, torch.fx.Node] = field(default_factory=dict)   # view -> the tensor it aliases
+    batch: int = 1
+    tokens: int | None = None                      # tokens per sample for token-id inputs
+    notes: list[str] = field(default_factory=list)
+    signature: Any = None                          # AOT autograd's GraphSignature (input and output roles)
+
+    def saved(self) -> list[torch.fx.Node]:
+        """The forward's tensors the backward reads (after resolving views): what stays alive from
+        the forward to the backward. Parameters and the batch itself are not counted."""
+        fwd = set(self.forward)
+        back = set(self.backward)
+        keep: dict[torch.fx.Node, None] = {}
+        for node in self.backward:
+            for arg in node.all_input_nodes:
+                b = self.base.get(arg, arg)
+                if b in fwd and b not in back:
+                    keep[b] = None
+        return list(keep)
+
+
+def tensor_of(node: torch.fx.Node) -> torch.Tensor | None:
+    """The fake tensor a node produces (None for tuples and non-tensors)."""
+    v = node.meta.get("val")
+    return v if isinstance(v, torch.Tensor) else None
+
+
+def nbytes(node: torch.fx.Node) -> int:
+    t = tensor_of(node)
+    return 0 if t is None else t.numel() * t.element_size()
+
+
+class _WithLoss(nn.Module):
+    """``model`` and its loss as one module whose first output is the loss."""
+
+    def __init__(self, model: nn.Module, loss_fn, n_inputs: int, keys: tuple[str, ...] | None):
+        super().__init__()
+        self.model = model
+        self.loss_fn = loss_fn
+        self.n_inputs = n_inputs
+        self.keys = keys
+
+    def forward(self, *args):
+        if self.keys is not None:
+            out = self.model(**dict(zip(self.keys, args)))
+            loss = out["loss"] if isinstance(out, dict) else out.loss
+        else:
+            out = self.model(*args[: self.n_inputs])
+            if isinstance(out, (tuple, list)):
+                out = out[0]
+            elif hasattr(out, "logits"):
+                out = out.logits
+            loss = self.loss_fn(out, args[self.n_inputs])
+        return (loss,)
+
+
+def _flatten_batch(example_batch, loss_fn) -> tuple[tuple[torch.Tensor, ...], int, tuple[str, ...] | None]:
+    if isinstance(example_batch, dict):
+        keys = tuple(example_batch)
+        bad = [k for k, v in example_batch.items() if not isinstance(v, torch.Tensor)]
+        if bad:
+            raise TrainCaptureError(f"example_batch[{bad[0]!r}] is {type(example_batch[bad[0]]).__name__}: every "
+                                    "value of a dict batch must be a tensor. Fix: pass tensors only (input_ids, "
+                                    "attention_mask, labels)")
+        if "labels" not in keys:
+            raise TrainCaptureError(f"dict batch with keys {list(keys)}: the model must return .loss, so the batch "
+                                    "needs 'labels'. Fix: add labels (for a causal LM, labels = input_ids)")
+        return tuple(example_batch.values()), len(keys), keys
+    if not isinstance(example_batch, (tuple, list)) or len(example_batch) < 2:
+        raise TrainCaptureError(f"example_batch of type {type(example_batch).__name__}: a tuple batch is "
+                                "(inputs..., target) with a loss_fn, or a dict whose model output has .loss. Fix: "
+                                "pass (images, labels) and loss_fn=torch.nn.functional.cross_entropy")
+    if loss_fn is None:
+        raise TrainCaptureError("a tuple batch (inputs..., target) needs loss_fn. Fix: pass e.g. "
+                                "loss_fn=torch.nn.functional.cross_entropy, or a dict batch with labels")
+    if not all(isinstance(t, torch.Tensor) for t in example_batch):
+        raise TrainCaptureError("every element of example_batch must be a tensor. Fix: (inputs..., target) tensors")
+    return tuple(example_batch), len(example_batch) - 1, None
+
+
+def capture_step(model: nn.Module, example_batch, loss_fn=None) -> StepGraph:
+    """The joint forward + loss + backward graph of ``model`` on ``example_batch``."""
+    from torch._functorch.aot_autograd import aot_export_module
+
+    if not isinstance(model, nn.Module):
+        raise TrainCaptureError(f"model of type {type(model).__name__}: simulate_step takes an nn.Module, a "
+                                "DistributedDataParallel wrapper or a transformers config. Fix: pass the module")
+    notes = []
+    if isinstance(example_batch, dict) and "attention_mask" in example_batch:
+        # transformers' mask builder branches on the mask's values (is any token padded?), which no
+        # tracer of static graphs follows; the mask adds one element-wise op on the scores
+        example_batch = {k: v for k, v in example_batch.items() if k != "attention_mask"}
+        notes.append("attention_mask left out of the trace (transformers branches on its values); its add on "
+                     "the attention scores is not costed")
+    args, n_inputs, keys = _flatten_batch(example_batch, loss_fn)
+    if not any(p.requires_grad for p in model.parameters()):
+        raise TrainCaptureError("the model has no parameter with requires_grad=True: nothing to train. Fix: "
+                                "unfreeze some parameters (p.requires_grad_(True))")
+    wrapped = _WithLoss(model, loss_fn, n_inputs, keys)
+    was_training = model.training
+    model.train()
+    config = getattr(model, "config", None)
+    use_cache = getattr(config, "use_cache", None)
+    if use_cache:   # a training step keeps no KV cache (transformers would build one on the side)
+        config.use_cache = False
+    try:
+        gm, sig = aot_export_module(wrapped, args, trace_joint=True, output_loss_index=0)
+    except Exception as e:   # noqa: BLE001  (report what the tracer refused, with the rule)
+        meta = any(p.is_meta for p in model.parameters())
+        raise TrainCaptureError(f"AOT autograd could not trace the training step: {type(e).__name__}: "
+                                f"{str(e).splitlines()[0][:300]}. Rule: the model, its loss and its backward must "
+                                "trace to ATen ops with static shapes. Fix: simplify the model's data-dependent "
+                                "control flow, or pass a loss_fn that returns a scalar tensor"
+                                + ("; on the meta device torch's nll_loss / mse_loss have no autograd kernel, so "
+                                   "write the loss with log_softmax + gather (or build the model on the CPU)"
+                                   if meta else "")) from e
+    finally:
+        model.train(was_training)
+        if use_cache:
+            config.use_cache = use_cache
+
+    return _step_graph(gm, sig, notes)
+
+
+def _step_graph(gm, sig, notes: list[str]) -> StepGraph:
+    """Split an AOT-exported joint graph into forward and backward, views and saved tensors."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    by_name = {n.name: n for n in gm.graph.nodes}
+    params = {sig.inputs_to_parameters[n.name]: n for n in placeholders if n.name in sig.inputs_to_parameters}
+    user_inputs = [by_name[n] for n in sig.user_inputs]
+    grads = {p: by_name[g] for g, p in sig.backward_signature.gradients_to_parameters.items()}
+
+    seeds = [n for n in gm.graph.nodes if n.op == "call_function" and str(n.target) == "aten.ones_like.default"]
+    backward_set: set[torch.fx.Node] = set()
+    for node in gm.graph.nodes:   # topological order: a node is backward when it depends on the seed
+        if node in seeds or any(a in backward_set for a in node.all_input_nodes):
+            backward_set.add(node)
+    base: dict[torch.fx.Node, torch.fx.Node] = {}
+    forward, backward = [], []
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if str(node.target) in ALIASES and node.args and isinstance(node.args[0], torch.fx.Node):
+            src = node.args[0]
+            base[node] = base.get(src, src)
+            continue
+        (backward if node in backward_set else forward).append(node)
+
+    first = tensor_of(user_inputs[0]) if user_inputs else None
+    batch = int(first.shape[0]) if first is not None and first.dim() else 1
+    tokens = int(first.shape[1]) if (first is not None and first.dim() == 2
+                                      and not first.dtype.is_floating_point) else None
+    return StepGraph(gm=gm, params=params, grads=grads, user_inputs=user_inputs, forward=forward,
+                     backward=backward, base=base, batch=batch, tokens=tokens, notes=notes, signature=sig)
+
+
+class _CausalLMLoss(nn.Module):
+    """A causal LM's next-token loss from its logits: the log-softmax in fp32 and the label of
+    each next position (what transformers' ForCausalLMLoss computes), with an explicit additive
+    causal mask (so the mask builders have nothing to inspect)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, mask, labels):
+        logits = self.model(input_ids=input_ids, attention_mask=mask).logits
+        logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+        return (-logp.gather(-1, labels[:, 1:, None]).mean(),)
+
+
+def capture_causal_lm(model: nn.Module, example_batch) -> StepGraph:
+    """The training step of a transformers causal LM (typically built on the meta device from a
+    config): ``example_batch`` is a dict with ``input_ids`` (and ``labels``, default the inputs)."""
+    from torch._functorch.aot_autograd import aot_export_module
+
+    if not isinstance(example_batch, dict) or not isinstance(example_batch.get("input_ids"), torch.Tensor):
+        raise TrainCaptureError("a causal LM built from a config takes a dict batch with 'input_ids' (a "
+                                "batch x sequence tensor of token ids). Fix: {'input_ids': ids, 'labels': ids}")
+    ids = example_batch["input_ids"]
+    labels = example_batch.get("labels", ids)
+    if ids.dim() != 2 or ids.dtype.is_floating_point or labels.shape != ids.shape:
+        raise TrainCaptureError(f"input_ids of shape {tuple(ids.shape)} and dtype {ids.dtype}, labels "
+                                f"{tuple(labels.shape)}: token ids are an integer batch x sequence tensor and the "
+                                "labels have its shape. Fix: torch.randint(0, vocab, (batch, seq))")
+    device = next(model.parameters()).device
+    b, s = ids.shape
+    mask = torch.full((s, s), float("-inf")).triu(1)[None, None].expand(b, 1, s, s).contiguous()
+    args = tuple(t.to(device) for t in (ids, mask, labels))
+    config = getattr(model, "config", None)
+    use_cache = getattr(config, "use_cache", None)
+    if use_cache:
+        config.use_cache = False
+    model.train()
+    try:
+        gm, sig = aot_export_module(_CausalLMLoss(model), args, trace_joint=True, output_loss_index=0)
+    except Exception as e:   # noqa: BLE001
+        raise TrainCaptureError(f"AOT autograd could not trace the causal LM's training step: {type(e).__name__}: "
+                                f"{str(e).splitlines()[0][:300]}. Fix: check the config builds with "
+                                "AutoModelForCausalLM.from_config") from e
+    finally:
+        if use_cache:
+            config.use_cache = use_cache
+    return _step_graph(gm, sig, [])
+
+
+def block_names(params: list[str]) -> dict[str, str | None]:
+    """Each parameter's repeated block, the unit gradient checkpointing recomputes: a child ``C.i``
+    of a container ``C`` (a ModuleList or Sequential: its children are numbered) that has at
+    least two children holding two or more layers each (ResNet's ``layer3.0``..``layer3.5``,
+    BERT's ``encoder.layer.0``..``11``); the outermost such container wins. The stem, the head and
+    containers of single layers (ResNet's ``downsample``) belong to no block."""
+    modules = {p.rsplit(".", 1)[0] for p in params if "." in p}
+    kids: dict[str, dict[str, set[str]]] = {}   # container -> child index -> modules below it
+    for mod in modules:
+        parts = mod.split(".")
+        for i, part in enumerate(parts):
+            if part.isdigit() and i > 0:
+                kids.setdefault(".".join(parts[:i]), {}).setdefault(part, set()).add(mod)
+    qualified = {c for c, ch in kids.items() if sum(len(m) >= 2 for m in ch.values()) >= 2}
+    out: dict[str, str | None] = {}
+    for p in params:
+        parts = p.split(".")
+        out[p] = next((".".join(parts[: i + 1]) for i in range(1, len(parts))
+                       if parts[i].isdigit() and ".".join(parts[:i]) in qualified), None)
+    return out
+
+
+def forward_blocks(step: StepGraph) -> dict[torch.fx.Node, str | None]:
+    """Each forward node's block: the block of the last parameter the forward consumed up to it
+    (the forward runs the blocks in order)."""
+    blocks = block_names(list(step.params))
+    owner = {node: blocks[name] for name, node in step.params.items()}
+    out: dict[torch.fx.Node, str | None] = {}
+    current: str | None = None
+    for node in step.forward:
+        blocks = [owner[b] for b in (step.base.get(a, a) for a in node.all_input_nodes) if b in owner]
+        if blocks:
+            current = blocks[-1]
+        out[node] = current
+    return out
+
+
+def meta_value(node: torch.fx.Node, i: int) -> Any:
+    """Argument ``i`` of a node (its fake tensor when it is a node)."""
+    a = node.args[i] if i < len(node.args) else None
+    return tensor_of(a) if isinstance(a, torch.fx.Node) else a

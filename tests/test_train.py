@@ -1,0 +1,215 @@
+"""Training steps on the simulated NPU (pypto_lab.train): the joint graph's kernels, data parallel,
+checkpointing, mixed precision, memory and the step's numerics."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from pypto_lab import distributed
+from pypto_lab.train import HBMCapacityError, TrainCaptureError, TrainConfigError, simulate_step
+from pypto_lab.train.numerics import step_gradients
+
+F = nn.functional
+
+
+def _cnn():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                         nn.Conv2d(16, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+
+
+def _batch(b=8, hw=16):
+    return torch.randn(b, 3, hw, hw), torch.randint(0, 10, (b,))
+
+
+def _ops(report, phase):
+    return [k.spec.op for k in report.kernels if k.phase == phase and hasattr(k.spec, "op")]
+
+
+def test_a_convolution_gets_its_two_gradient_convolutions_and_the_first_layer_only_one():
+    rep = simulate_step(_cnn(), _batch(), F.cross_entropy, optimizer="sgd")
+    back = [k.spec for k in rep.kernels if k.phase == "backward"]
+    dgrad = [s for s in back if s.op == "Conv2DBackpropInput"]
+    wgrad = [s for s in back if s.op == "Conv2DBackpropFilter"]
+    # the first convolution's input is the batch, which needs no gradient: one dgrad for two convolutions
+    assert len(wgrad) == 2 and len(dgrad) == 1
+    # the weight gradient of conv 2: M = C_out, K = N*H*W, N = C_in*kh*kw
+    assert (wgrad[0].m, wgrad[0].k, wgrad[0].n) == (16, 8 * 16 * 16, 16 * 9)
+    # the input gradient of conv 2: M = N*H*W, K = C_out*kh*kw, N = C_in
+    assert (dgrad[0].m, dgrad[0].k, dgrad[0].n) == (8 * 16 * 16, 16 * 9, 16)
+    # training BatchNorm is CANN's reduce + update pair, and its backward the two gradient kernels
+    assert _ops(rep, "forward").count("BNTrainingReduce") == 2
+    assert {"BNTrainingUpdateGrad", "BNTrainingReduceGrad"} <= set(_ops(rep, "backward"))
+    assert rep.backward_ms > rep.forward_ms > 0 and rep.optimizer_ms > 0
+
+
+def test_a_linear_layer_costs_one_matmul_forward_and_two_backward():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 10))
+    rep = simulate_step(model, (torch.randn(64, 256), torch.randint(0, 10, (64,))), F.cross_entropy)
+    assert _ops(rep, "forward").count("MatMulV2") == 2
+    # dX and dW for the second layer, only dW for the first (its input is the batch)
+    assert _ops(rep, "backward").count("MatMulV2") == 3
+
+
+def test_data_parallel_buckets_overlap_the_backward_and_accumulation_skips_inner_all_reduces():
+    model, batch = _cnn(), _batch()
+    one = simulate_step(model, batch, F.cross_entropy, cards=1)
+    eight = simulate_step(model, batch, F.cross_entropy, cards=8, bucket_mb=0.001)
+    assert one.comm_ms == 0 and not one.buckets
+    assert eight.comm_ms > 0 and 0 <= eight.exposed_comm_ms <= eight.comm_ms
+    assert len(eight.buckets) > 1
+    for b in eight.buckets:   # a bucket starts once its gradients exist and the previous one is done
+        assert b.start_us >= b.ready_us
+    assert all(a.end_us <= b.start_us + 1e-9 for a, b in zip(eight.buckets, eight.buckets[1:]))
+    assert eight.samples_per_s > one.samples_per_s
+    acc = simulate_step(model, batch, F.cross_entropy, cards=8, bucket_mb=0.001, grad_accum=4)
+    micro = acc.forward_ms + acc.backward_ms
+    assert acc.step_ms == pytest.approx(4 * micro + acc.exposed_comm_ms + acc.optimizer_ms)
+    assert acc.global_batch == 8 * 8 * 4
+
+
+def test_checkpointing_trades_recomputation_for_activation_memory():
+    torch.manual_seed(0)
+    blocks = nn.Sequential(*[nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 512))
+                             for _ in range(4)])
+    model = nn.Sequential(nn.Linear(64, 512), blocks, nn.Linear(512, 10))
+    batch = (torch.randn(256, 64), torch.randint(0, 10, (256,)))
+    plain = simulate_step(model, batch, F.cross_entropy)
+    ckpt = simulate_step(model, batch, F.cross_entropy, checkpoint=True)
+    assert ckpt.memory["activations"] < plain.memory["activations"]
+    assert ckpt.recompute_ms > 0 and ckpt.backward_ms > plain.backward_ms
+    assert any("checkpointing" in n for n in ckpt.notes)
+
+
+def test_mixed_precision_levels_change_the_kernels():
+    model, batch = _cnn(), _batch()
+    o1 = simulate_step(model, batch, F.cross_entropy, amp="O1")
+    o2 = simulate_step(model, batch, F.cross_entropy, amp="O2")
+    bf = simulate_step(model, batch, F.cross_entropy, precision="bf16", amp="O2")
+    fp32 = simulate_step(model, batch, F.cross_entropy, precision="fp32")
+    names = {r.amp: [k.name for k in r.kernels] for r in (o1, o2)}
+    assert any(n.startswith("Cast(to half)") for n in names["O1"])          # O1 casts around the Cube
+    assert not any(n.startswith("Cast(to half)") for n in names["O2"])
+    assert "CastMasterToHalf" in names["O2"] and "master weights" in o2.memory
+    assert "CheckOverflow" in names["O2"]                                   # fp16 scales the loss
+    assert "CheckOverflow" not in [k.name for k in bf.kernels]               # bf16 does not
+    assert fp32.amp == "O0" and all(getattr(k.spec, "dtype", "fp32") == "fp32" for k in fp32.kernels)
+
+
+def test_a_step_that_does_not_fit_names_the_largest_batch():
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 10))
+        batch = (torch.randn(4_000_000, 4096), torch.zeros(4_000_000, dtype=torch.long))
+    with pytest.raises(HBMCapacityError, match=r"Fix: batch <= \d+"):   # shapes only: the meta device holds no data
+        simulate_step(model, batch, lambda out, t: -out.log_softmax(-1).gather(1, t[:, None]).mean())
+
+
+def test_bad_arguments_name_the_rule():
+    model, batch = _cnn(), _batch()
+    with pytest.raises(TrainConfigError, match="optimizer"):
+        simulate_step(model, batch, F.cross_entropy, optimizer="lamb")
+    with pytest.raises(TrainConfigError, match="opt level"):
+        simulate_step(model, batch, F.cross_entropy, amp="O3")
+    with pytest.raises(TrainConfigError, match="bucket"):
+        simulate_step(model, batch, F.cross_entropy, bucket_mb=0)
+    with pytest.raises(TrainCaptureError, match="needs loss_fn"):
+        simulate_step(model, batch)
+    with pytest.raises(TrainCaptureError, match="labels"):
+        simulate_step(model, {"x": batch[0]})
+
+
+def test_ddp_as_the_seed_writes_it_sets_cards_and_bucket_size():
+    distributed.init_process_group(backend="hccl", world_size=8)
+    try:
+        ddp = nn.parallel.DistributedDataParallel(_cnn(), broadcast_buffers=False, bucket_cap_mb=10)
+        rep = simulate_step(ddp, _batch(), F.cross_entropy)
+        assert rep.cards == 8 and rep.bucket_mb == pytest.approx(10)
+    finally:
+        distributed.destroy_process_group()
+    assert distributed.get_world_size() == 1
+    with pytest.raises(distributed.DistributedConfigError, match="backend"):
+        distributed.init_process_group(backend="nccl")
+
+
+def test_the_chrome_trace_has_a_compute_and_a_communication_lane(tmp_path):
+    rep = simulate_step(_cnn(), _batch(), F.cross_entropy, cards=8, bucket_mb=0.001)
+    path = tmp_path / "step.json"
+    rep.chrome_trace(path)
+    events = json.loads(path.read_text())["traceEvents"]
+    lanes = {e["tid"] for e in events if e["ph"] == "X"}
+    assert lanes == {0, 1}
+    cats = {e["cat"] for e in events if e["ph"] == "X"}
+    assert {"forward", "backward", "optimizer", "comm"} <= cats
+    d = rep.to_dict()
+    for key in ("step_ms", "samples_per_s", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms",
+                "exposed_comm_ms", "peak_hbm_bytes"):
+        assert d[key] >= 0
+
+
+def test_mixed_precision_gradients_match_autograd_within_half_precision_error():
+    model, (x, y) = _cnn(), _batch()
+    loss = F.cross_entropy(model(x), y)
+    model.zero_grad()
+    loss.backward()
+    ref = {k: p.grad.clone() for k, p in model.named_parameters()}
+    scale = max(g.abs().max() for g in ref.values())
+    for precision, amp, tol in (("fp32", "O0", 1e-6), ("fp16", "O1", 2e-2), ("fp16", "O2", 2e-2)):
+        got_loss, grads = step_gradients(model, (x, y), F.cross_entropy, precision=precision, amp=amp)
+        assert float(got_loss) == pytest.approx(float(loss), rel=1e-2)
+        worst = max(float((grads[k] - ref[k]).abs().max()) for k in ref) / float(scale)
+        assert worst < tol, (amp, worst)
+    _, o2 = step_gradients(model, (x, y), F.cross_entropy, precision="fp16", amp="O2")
+    assert any(not torch.equal(o2[k], ref[k]) for k in ref)   # half precision does change the numbers
+
+
+def test_a_causal_lm_config_trains_on_the_meta_device_and_reports_tokens():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=4, vocab_size=1000)
+    ids = torch.randint(0, 1000, (2, 64))
+    rep = simulate_step(cfg, {"input_ids": ids, "labels": ids})
+    assert rep.tokens_per_s == pytest.approx(rep.samples_per_s * 64)
+    assert rep.largest_batch >= 2
+
+
+def test_tensor_parallelism_splits_the_blocks_and_adds_their_all_reduces():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(hidden_size=256, intermediate_size=688, num_hidden_layers=2,
+                                   num_attention_heads=8, num_key_value_heads=8, vocab_size=1000)
+    ids = torch.randint(0, 1000, (2, 128))
+    batch = {"input_ids": ids, "labels": ids}
+    dp = simulate_step(cfg, batch, cards=4, tp=1)
+    tp = simulate_step(cfg, batch, cards=4, tp=4)
+    assert tp.tp_comm_ms > 0 and dp.tp_comm_ms == 0
+    assert tp.memory["weights"] < dp.memory["weights"]            # block weights are split over the group
+    assert tp.global_batch == 2 and dp.global_batch == 8         # one replica of 4 cards against 4 replicas
+    gemms = lambda r: sum(k.spec.m * k.spec.k * k.spec.n * k.spec.batch for k in r.kernels  # noqa: E731
+                          if k.phase == "forward" and k.spec.__class__.__name__ == "CubeKernel")
+    assert gemms(tp) < gemms(dp)
+    with pytest.raises(TrainConfigError, match="divide"):
+        simulate_step(cfg, batch, cards=4, tp=3)
+    with pytest.raises(TrainConfigError, match="transformers config"):
+        simulate_step(_cnn(), _batch(), F.cross_entropy, cards=2, tp=2)
+
+
+def test_a_slow_loader_starves_the_npu_and_the_report_says_so():
+    from pypto_lab.data import NPUDataLoader
+
+    class Slow(torch.utils.data.Dataset):
+        def __len__(self):
+            return 64
+
+        def __getitem__(self, i):
+            import time
+            time.sleep(0.01)   # 10 ms of host work per sample: far longer than the tiny model's step
+            return torch.randn(3, 16, 16), i % 10
+
+    rep = simulate_step(_cnn(), _batch(), F.cross_entropy, loader=NPUDataLoader(Slow(), batch_size=8))
+    assert rep.data_wait_ms > 0 and "data not ready" in " ".join(rep.notes)
+    assert rep.step_ms == pytest.approx(rep.loader.feed_ms)

@@ -213,3 +213,21 @@ def test_a_slow_loader_starves_the_npu_and_the_report_says_so():
     rep = simulate_step(_cnn(), _batch(), F.cross_entropy, loader=NPUDataLoader(Slow(), batch_size=8))
     assert rep.data_wait_ms > 0 and "data not ready" in " ".join(rep.notes)
     assert rep.step_ms == pytest.approx(rep.loader.feed_ms)
+
+
+def test_quantisation_aware_training_costs_its_fake_quantisation():
+    from pypto_lab.quantization import prepare_qat
+
+    model, batch = _cnn(), _batch()
+    qat = prepare_qat(model)
+    qat.train()
+    qat(batch[0])   # the observers see one batch, as the first training step would
+    plain = simulate_step(model, batch, F.cross_entropy)
+    rep = simulate_step(qat, batch, F.cross_entropy)
+    fq = [k for k in rep.kernels if k.spec.op.startswith("FakeQuant")]
+    n_layers = sum(1 for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear)))
+    assert len([k for k in fq if k.phase == "forward"]) == 2 * n_layers      # input and weight of each layer
+    assert len([k for k in fq if k.phase == "backward"]) == 2 * n_layers
+    assert rep.step_ms > plain.step_ms and any("quantisation-aware" in n for n in rep.notes)
+    # the model the user holds keeps its fake-quantising layers after the capture
+    assert sum(type(m).__name__ == "ObservedModule" for m in qat.modules()) == n_layers

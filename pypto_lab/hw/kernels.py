@@ -333,6 +333,9 @@ VECTOR_OPS: dict[str, VectorOp] = {
     "batchnorm": VectorOp(1, 2, (("VMUL", 1), ("VADD", 1)), flops_per_elem=2),
     "gelu": VectorOp(1, 3, VECTOR_ACTIVATIONS["gelu"], flops_per_elem=8),
     "add_relu": VectorOp(2, 3, (("VADDRELU", 1),), flops_per_elem=2),
+    # element-wise max / min of two tensors (clamping: int8 fake quantisation's range)
+    "maximum": VectorOp(2, 3, (("VMAX", 1),)),
+    "minimum": VectorOp(2, 3, (("VMIN", 1),)),
     # row reductions: a tree of element-wise max/add over the row, then one cross-lane step per row
     "sum": VectorOp(1, 2, (("VADD", 1),), (("VCADD", 1),), row_wise=True),
     "max": VectorOp(1, 2, (("VMAX", 1),), (("VCMAX", 1),), row_wise=True),

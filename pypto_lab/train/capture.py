@@ -15,6 +15,7 @@ adds its kernels.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,7 @@ class StepGraph:
     tokens: int | None = None                      # tokens per sample for token-id inputs
     notes: list[str] = field(default_factory=list)
     signature: Any = None                          # AOT autograd's GraphSignature (input and output roles)
+    fake_quant: list = field(default_factory=list)  # QAT layers (FakeQuantLayer), costed by the step
 
     def saved(self) -> list[torch.fx.Node]:
         """The forward's tensors the backward reads (after resolving views): what stays alive from
@@ -124,6 +126,44 @@ def _flatten_batch(example_batch, loss_fn) -> tuple[tuple[torch.Tensor, ...], in
     return tuple(example_batch), len(example_batch) - 1, None
 
 
+@dataclass(frozen=True)
+class FakeQuantLayer:
+    """A QAT layer (`pypto_lab.quantization.prepare_qat`) whose fake quantisation the step costs:
+    its input and weight element counts."""
+
+    name: str
+    input_numel: int
+    weight_numel: int
+
+
+@contextlib.contextmanager
+def _without_fake_quant(model: nn.Module):
+    """Swap every fake-quantising `ObservedModule` for its float layer while the step is traced
+    (their observers branch on Python state the tracer cannot follow) and record the shapes the
+    fake quantisation would see; yields the list it fills."""
+    from ..quantization import ObservedModule
+
+    found: list[FakeQuantLayer] = []
+    swaps, hooks = [], []
+    for parent_name, parent in model.named_modules():
+        for child_name, child in list(parent.named_children()):
+            if isinstance(child, ObservedModule) and child.fake_quant:
+                full = f"{parent_name}.{child_name}" if parent_name else child_name
+                swaps.append((parent, child_name, child))
+                setattr(parent, child_name, child.layer)
+
+                def hook(mod, args, _out, full=full):
+                    found.append(FakeQuantLayer(full, int(args[0].numel()), int(mod.weight.numel())))
+                hooks.append(child.layer.register_forward_hook(hook))
+    try:
+        yield found
+    finally:
+        for h in hooks:
+            h.remove()
+        for parent, child_name, child in swaps:
+            setattr(parent, child_name, child)
+
+
 def capture_step(model: nn.Module, example_batch, loss_fn=None) -> StepGraph:
     """The joint forward + loss + backward graph of ``model`` on ``example_batch``."""
     from torch._functorch.aot_autograd import aot_export_module
@@ -150,7 +190,8 @@ def capture_step(model: nn.Module, example_batch, loss_fn=None) -> StepGraph:
     if use_cache:   # a training step keeps no KV cache (transformers would build one on the side)
         config.use_cache = False
     try:
-        gm, sig = aot_export_module(wrapped, args, trace_joint=True, output_loss_index=0)
+        with _without_fake_quant(model) as fake_quant:
+            gm, sig = aot_export_module(wrapped, args, trace_joint=True, output_loss_index=0)
     except Exception as e:   # noqa: BLE001  (report what the tracer refused, with the rule)
         meta = any(p.is_meta for p in model.parameters())
         raise TrainCaptureError(f"AOT autograd could not trace the training step: {type(e).__name__}: "
@@ -165,7 +206,9 @@ def capture_step(model: nn.Module, example_batch, loss_fn=None) -> StepGraph:
         if use_cache:
             config.use_cache = use_cache
 
-    return _step_graph(gm, sig, notes)
+    step = _step_graph(gm, sig, notes)
+    step.fake_quant = list({f.name: f for f in fake_quant}.values())
+    return step
 
 
 def _step_graph(gm, sig, notes: list[str]) -> StepGraph:

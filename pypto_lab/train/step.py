@@ -45,7 +45,7 @@ from ..kernels.ir import AttentionKernel, CubeKernel, KernelSpec, VectorKernel
 from ..llm.engine import default_topology
 from ..llm.memory import HBMCapacityError
 from .capture import StepGraph, block_names, capture_causal_lm, capture_step, forward_blocks, tensor_of
-from .kernels import BYTES, Policy, flat_reduction, kernels_of, policy_of
+from .kernels import BYTES, Policy, fake_quant_kernels, flat_reduction, kernels_of, policy_of
 
 OPTIMIZERS = {
     # name: (fp32 tensors read per parameter, written, the fused update's vector ops, optimizer state)
@@ -494,6 +494,12 @@ class _Plan:
 
         tp_comm_us = 0.0
         run(step.forward, "forward")
+        qat = [fake_quant_kernels(layer, policy) for layer in step.fake_quant]
+        for layer, (fwd, _) in zip(step.fake_quant, qat):
+            for spec in fwd:
+                dt = _tuned(spec, chip)
+                kernels.append(StepKernel(f"{spec.op}:{layer.name}", "forward", spec, dt, t))
+                t += dt
         n_blocks = len({b for b in self.blocks.values() if b})
         if self.tp > 1:   # two all-reduces of the hidden state per block: after attention and after the MLP
             ar = self.tp_allreduce_us()
@@ -513,6 +519,15 @@ class _Plan:
         for node in step.backward:
             run([node], "backward")
             ready_at[node] = t
+        for layer, (_, bwd) in zip(step.fake_quant, qat):
+            for spec in bwd:
+                dt = _tuned(spec, chip)
+                kernels.append(StepKernel(f"{spec.op}:{layer.name}", "backward", spec, dt, t))
+                t += dt
+        if step.fake_quant:
+            notes.append(f"quantisation-aware training: the int8 fake quantisation of {len(step.fake_quant)} layers "
+                         "(observer min/max, clamp, round and rescale of input and weight; the straight-through "
+                         "gradient) is costed on the Vector unit")
         if self.tp > 1:   # and two in the backward, for the column-parallel inputs' gradients
             ar = self.tp_allreduce_us()
             t += 2 * n_blocks * ar

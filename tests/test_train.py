@@ -231,3 +231,19 @@ def test_quantisation_aware_training_costs_its_fake_quantisation():
     assert rep.step_ms > plain.step_ms and any("quantisation-aware" in n for n in rep.notes)
     # the model the user holds keeps its fake-quantising layers after the capture
     assert sum(type(m).__name__ == "ObservedModule" for m in qat.modules()) == n_layers
+
+
+def test_flash_attention_keeps_the_scores_off_hbm_and_fuses_the_attention():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(hidden_size=256, intermediate_size=688, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=4, vocab_size=1000)
+    ids = torch.randint(0, 1000, (2, 512))
+    batch = {"input_ids": ids, "labels": ids}
+    plain = simulate_step(cfg, batch, flash_attention=False)
+    flash = simulate_step(cfg, batch, flash_attention=True)
+    fused = [k for k in flash.kernels if k.spec.__class__.__name__ == "AttentionKernel"]
+    assert len([k for k in fused if k.phase == "forward"]) == 2                 # one per layer
+    assert len([k for k in fused if k.phase == "backward"]) == 2 * 4            # four gradient GEMMs each
+    assert not any(k.spec.op == "SoftmaxV2" for k in flash.kernels if hasattr(k.spec, "op"))
+    assert flash.memory["activations"] < plain.memory["activations"]
+    assert flash.step_ms < plain.step_ms

@@ -32,6 +32,10 @@ ALIASES = {
 }
 
 
+# the keys under which transformers models take their targets (and then return .loss)
+LABEL_KEYS = {"labels", "start_positions", "end_positions", "next_sentence_label"}
+
+
 class TrainCaptureError(ValueError):
     """A model or batch the training capture cannot trace; the message names the rule and a fix."""
 
@@ -110,9 +114,10 @@ def _flatten_batch(example_batch, loss_fn) -> tuple[tuple[torch.Tensor, ...], in
             raise TrainCaptureError(f"example_batch[{bad[0]!r}] is {type(example_batch[bad[0]]).__name__}: every "
                                     "value of a dict batch must be a tensor. Fix: pass tensors only (input_ids, "
                                     "attention_mask, labels)")
-        if "labels" not in keys:
+        if not set(keys) & LABEL_KEYS:
             raise TrainCaptureError(f"dict batch with keys {list(keys)}: the model must return .loss, so the batch "
-                                    "needs 'labels'. Fix: add labels (for a causal LM, labels = input_ids)")
+                                    f"needs its targets ({', '.join(sorted(LABEL_KEYS))}). Fix: add labels (for a "
+                                    "causal LM, labels = input_ids)")
         return tuple(example_batch.values()), len(keys), keys
     if not isinstance(example_batch, (tuple, list)) or len(example_batch) < 2:
         raise TrainCaptureError(f"example_batch of type {type(example_batch).__name__}: a tuple batch is "

@@ -270,7 +270,7 @@ def _check(name: str, value, ok: bool, rule: str, fix: str) -> None:
 def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", chip: str | Chip = "Ascend910B1",
                   cards: int | None = None, tp: int = 1, precision: str = "fp16", amp: str | None = None,
                   grad_accum: int = 1, checkpoint: bool = False, bucket_mb: float | None = None,
-                  loader=None) -> TrainReport:
+                  loader=None, flash_attention: bool | None = None) -> TrainReport:
     """Cost one training step of ``model`` on ``example_batch`` (one card's micro-batch).
 
     ``model``: an ``nn.Module``, a ``DistributedDataParallel`` wrapper (its bucket size is used) or a
@@ -280,8 +280,11 @@ def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", 
     else 1); ``tp``: tensor-parallel cards per model replica (transformer blocks split Megatron
     style), the rest data parallel. ``bucket_mb``: gradient bucket size (default: the DDP wrapper's,
     else DDP's 25 MB). ``loader``: a `pypto_lab.data.NPUDataLoader` whose measured feed time is set
-    against the step. Returns a `TrainReport`; a step that does not fit in one card's HBM raises
-    `HBMCapacityError`.
+    against the step. ``flash_attention``: run each attention as one fused FlashAttention kernel
+    (torch_npu's npu_fusion_attention, as MindSpeed trains LLMs) instead of BatchMatMul, softmax,
+    BatchMatMul with the scores in GM; None means fused for a causal LM built from a transformers
+    config and unfused otherwise (as the traced model runs it). Returns a `TrainReport`; a step
+    that does not fit in one card's HBM raises `HBMCapacityError`.
     """
     from .. import distributed
 
@@ -316,12 +319,18 @@ def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", 
     step = _captured(module, example_batch, loss_fn, causal)
     plan = _Plan(step=step, name=name, chip=chip, cards=cards, tp=tp, hidden=hidden, topology=topology,
                  policy=policy, precision=precision, optimizer=optimizer, grad_accum=grad_accum,
-                 checkpoint=bool(checkpoint), bucket_mb=float(bucket))
+                 checkpoint=bool(checkpoint), bucket_mb=float(bucket),
+                 flash=bool(causal if flash_attention is None else flash_attention))
     memory, peak, largest, ckpt_saved = plan.memory()
     report = plan.run(memory, peak, largest, ckpt_saved)
     if loader is not None:
         report = _with_loader(report, loader)
     return report
+
+
+def policy_dtype(specs: list[KernelSpec]) -> str:
+    """The Cube dtype of a node's kernels (the attention GEMM's)."""
+    return next((sp.dtype for sp in specs if isinstance(sp, CubeKernel)), "fp16")
 
 
 def _with_loader(report: TrainReport, loader) -> TrainReport:
@@ -356,6 +365,7 @@ class _Plan:
     grad_accum: int
     checkpoint: bool
     bucket_mb: float
+    flash: bool = False
 
     def __post_init__(self):
         self.blocks = forward_blocks(self.step) if (self.checkpoint or self.tp > 1) else {}
@@ -363,6 +373,45 @@ class _Plan:
         self.act = {"fp32": 4, "fp16": 2, "bf16": 2}[self.policy.act_dtype]
         self.tokens = self.step.batch * (self.step.tokens or 1)
         self.block_params = {n for p, n in self.step.params.items() if self.param_blocks.get(p)}
+        seq = self.step.tokens
+        self.scores = set()
+        if self.flash and seq and seq > 1:   # the s x s attention scores FlashAttention never writes to GM
+            for n in self.step.forward + self.step.backward:
+                v = tensor_of(n)
+                if v is not None and v.dim() >= 3 and v.shape[-1] == v.shape[-2] == seq:
+                    self.scores.add(n)
+
+    # ---- FlashAttention ----
+    def _touches_scores(self, node) -> bool:
+        return any(self.step.base.get(a, a) in self.scores for a in node.all_input_nodes)
+
+    def flash_specs(self, node, specs: list[KernelSpec], phase: str) -> list[KernelSpec] | None:
+        """The kernels of a node under FlashAttention (None: not part of an attention). Forward:
+        the GEMM that makes the scores becomes one fused attention kernel, and everything else on
+        the scores (scale, mask, softmax, the GEMM that consumes them) is inside it. Backward: each
+        of the four gradient GEMMs that touch the scores costs 0.625 of the fused forward (2.5
+        forwards in all: FlashAttention-2's backward recomputes the scores and runs five GEMMs to
+        the forward's two; Dao 2023, Algorithm 2); the softmax gradient is inside them."""
+        if not self.scores or not (node in self.scores or self._touches_scores(node)):
+            return None
+        if str(node.target) != "aten.bmm.default":
+            return []
+        q = tensor_of(node.args[0]) if isinstance(node.args[0], torch.fx.Node) else None
+        out = tensor_of(node)
+        seq = self.step.tokens
+        if phase == "forward":
+            if node not in self.scores or q is None:
+                return []
+            bh, s_q, d = q.shape
+            return [AttentionKernel(batch_heads=bh, s_q=s_q, s_k=out.shape[-1], d=d, dtype=policy_dtype(specs),
+                                    flash=True)]
+        cube = [sp for sp in specs if isinstance(sp, CubeKernel)]
+        if not cube:
+            return []
+        bh = cube[0].batch
+        d = min(cube[0].m, cube[0].k, cube[0].n, key=lambda v: (v == seq, v))
+        return [AttentionKernel(batch_heads=max(1, round(bh * 0.625)), s_q=seq, s_k=seq, d=d,
+                                dtype=cube[0].dtype, flash=True)]
 
     # ---- tensor parallelism ----
     def sharded(self, node) -> bool:
@@ -435,7 +484,7 @@ class _Plan:
             memory["master weights"] = n_train * 4
         memory["gradients"] = n_train * BYTES[policy.param_dtype]
         memory["optimizer state"] = n_train * 4 * state
-        saved = step.saved()
+        saved = [n for n in step.saved() if n not in self.scores]
         saved_bytes = sum(self.act_bytes(n) for n in saved)
         ckpt = None
         if self.checkpoint:
@@ -456,7 +505,7 @@ class _Plan:
             ckpt = (saved_bytes, memory["activations"])
         else:
             memory["activations"] = saved_bytes
-        memory["workspace"] = 2 * max((self.act_bytes(n) for n in step.backward), default=0)
+        memory["workspace"] = 2 * max((self.act_bytes(n) for n in step.backward if n not in self.scores), default=0)
         peak = sum(memory.values())
         static = peak - memory["activations"] - memory["workspace"]
         per_sample = (memory["activations"] + memory["workspace"]) / max(1, step.batch)
@@ -485,6 +534,9 @@ class _Plan:
                 specs, mapped = kernels_of(node, policy)
                 if not mapped:
                     unmapped[str(node.target)] = unmapped.get(str(node.target), 0) + 1
+                fused = self.flash_specs(node, specs, "backward" if phase == "backward" else "forward")
+                if fused is not None:
+                    specs = fused
                 if specs and self.sharded(node):
                     specs = [self.shard(s) for s in specs]
                 for spec in specs:
@@ -597,6 +649,9 @@ class _Plan:
         micro_us = forward_us + backward_us
         step_us = self.grad_accum * micro_us + exposed_us + opt_us
 
+        if self.scores:
+            notes.append("attention runs as fused FlashAttention kernels (the s x s scores stay on chip; the "
+                         "backward recomputes them)")
         if ckpt is not None:
             notes.append(f"gradient checkpointing of {n_blocks} blocks: activations {ckpt[0] / 2 ** 20:,.0f} -> "
                          f"{ckpt[1] / 2 ** 20:,.0f} MiB for {recompute_us / 1e3:.2f} ms of recomputed forward per "

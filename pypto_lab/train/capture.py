@@ -237,11 +237,18 @@ def _step_graph(gm, sig, notes: list[str]) -> StepGraph:
     user_inputs = [by_name[n] for n in sig.user_inputs]
     grads = {p: by_name[g] for g, p in sig.backward_signature.gradients_to_parameters.items()}
 
-    seeds = [n for n in gm.graph.nodes if n.op == "call_function" and str(n.target) == "aten.ones_like.default"]
-    backward_set: set[torch.fx.Node] = set()
-    for node in gm.graph.nodes:   # topological order: a node is backward when it depends on the seed
-        if node in seeds or any(a in backward_set for a in node.all_input_nodes):
-            backward_set.add(node)
+    # the forward is what the loss depends on; everything else the joint graph computes serves the
+    # backward (the gradient seed's descendants, and values such as sigmoid(x) that only a
+    # gradient formula reads)
+    loss = by_name[sig.user_outputs[0]]
+    forward_set: set[torch.fx.Node] = set()
+    todo = [loss]
+    while todo:
+        node = todo.pop()
+        if node not in forward_set:
+            forward_set.add(node)
+            todo.extend(node.all_input_nodes)
+    backward_set = {n for n in gm.graph.nodes if n.op == "call_function" and n not in forward_set}
     base: dict[torch.fx.Node, torch.fx.Node] = {}
     forward, backward = [], []
     for node in gm.graph.nodes:

@@ -270,7 +270,8 @@ def _check(name: str, value, ok: bool, rule: str, fix: str) -> None:
 def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", chip: str | Chip = "Ascend910B1",
                   cards: int | None = None, tp: int = 1, precision: str = "fp16", amp: str | None = None,
                   grad_accum: int = 1, checkpoint: bool = False, bucket_mb: float | None = None,
-                  loader=None, flash_attention: bool | None = None) -> TrainReport:
+                  loader=None, flash_attention: bool | None = None,
+                  sequence_parallel: bool = False) -> TrainReport:
     """Cost one training step of ``model`` on ``example_batch`` (one card's micro-batch).
 
     ``model``: an ``nn.Module``, a ``DistributedDataParallel`` wrapper (its bucket size is used) or a
@@ -283,7 +284,10 @@ def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", 
     against the step. ``flash_attention``: run each attention as one fused FlashAttention kernel
     (torch_npu's npu_fusion_attention, as MindSpeed trains LLMs) instead of BatchMatMul, softmax,
     BatchMatMul with the scores in GM; None means fused for a causal LM built from a transformers
-    config and unfused otherwise (as the traced model runs it). Returns a `TrainReport`; a step
+    config and unfused otherwise (as the traced model runs it). ``sequence_parallel`` (with
+    ``tp > 1``): the blocks' LayerNorms, residual adds and dropouts split along the sequence too,
+    and each all-reduce becomes a reduce-scatter and an all-gather (Megatron-LM's
+    ``--sequence-parallel``). Returns a `TrainReport`; a step
     that does not fit in one card's HBM raises `HBMCapacityError`.
     """
     from .. import distributed
@@ -320,7 +324,9 @@ def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", 
     plan = _Plan(step=step, name=name, chip=chip, cards=cards, tp=tp, hidden=hidden, topology=topology,
                  policy=policy, precision=precision, optimizer=optimizer, grad_accum=grad_accum,
                  checkpoint=bool(checkpoint), bucket_mb=float(bucket),
-                 flash=bool(causal if flash_attention is None else flash_attention))
+                 flash=bool(causal if flash_attention is None else flash_attention),
+                 sequence_parallel=bool(sequence_parallel) and tp > 1,
+                 vocab=getattr(getattr(module, "config", None), "vocab_size", None) if tp > 1 else None)
     memory, peak, largest, ckpt_saved = plan.memory()
     report = plan.run(memory, peak, largest, ckpt_saved)
     if loader is not None:
@@ -366,6 +372,8 @@ class _Plan:
     checkpoint: bool
     bucket_mb: float
     flash: bool = False
+    sequence_parallel: bool = False
+    vocab: int | None = None
 
     def __post_init__(self):
         self.blocks = forward_blocks(self.step) if (self.checkpoint or self.tp > 1) else {}
@@ -373,6 +381,10 @@ class _Plan:
         self.act = {"fp32": 4, "fp16": 2, "bf16": 2}[self.policy.act_dtype]
         self.tokens = self.step.batch * (self.step.tokens or 1)
         self.block_params = {n for p, n in self.step.params.items() if self.param_blocks.get(p)}
+        # parameters split over the tensor-parallel group: the blocks', and the vocabulary-sized
+        # embedding and LM head (Megatron's VocabParallelEmbedding and parallel output layer)
+        self.split_params = {p for p, n in self.step.params.items() if self.param_blocks.get(p) or (
+            self.vocab and tensor_of(n) is not None and tensor_of(n).shape[0] == self.vocab)}
         seq = self.step.tokens
         self.scores = set()
         if self.flash and seq and seq > 1:   # the s x s attention scores FlashAttention never writes to GM
@@ -417,9 +429,18 @@ class _Plan:
     def sharded(self, node) -> bool:
         """Whether Megatron-style tensor parallelism splits this node's work over the ``tp`` cards:
         every node inside a transformer block except those on the replicated hidden state
-        (LayerNorm, residual adds and dropout on tokens x hidden)."""
-        if self.tp == 1 or not self._in_block(node):
+        (LayerNorm, residual adds and dropout on tokens x hidden), which sequence parallelism
+        splits along the tokens as well (Korthikanti et al. 2022); and the logits, split over the
+        vocabulary."""
+        if self.tp == 1:
             return False
+        out = tensor_of(node)
+        if self.vocab and out is not None and out.dim() >= 2 and out.shape[-1] == self.vocab:
+            return True   # the vocabulary-parallel LM head and its loss (Megatron's parallel cross-entropy)
+        if not self._in_block(node):
+            return False
+        if self.sequence_parallel:   # the hidden state's own ops split along the sequence too
+            return True
         out = tensor_of(node)
         if out is None:
             return True
@@ -458,8 +479,12 @@ class _Plan:
         return spec
 
     def tp_allreduce_us(self) -> float:
-        """One all-reduce of the hidden state (tokens x hidden) over the tensor-parallel group."""
+        """One all-reduce of the hidden state (tokens x hidden) over the tensor-parallel group; with
+        sequence parallelism the same bytes move as a reduce-scatter and an all-gather."""
         nbytes = self.tokens * self.hidden * self.act
+        if self.sequence_parallel:
+            return (collective("reducescatter", nbytes, self.tp, self.topology).time_us
+                    + collective("allgather", nbytes / self.tp, self.tp, self.topology).time_us)
         return collective("allreduce", nbytes, self.tp, self.topology).time_us
 
     # ---- memory ----
@@ -475,7 +500,7 @@ class _Plan:
         checkpointing) or None). Raises `HBMCapacityError` when the step does not fit."""
         step, policy = self.step, self.policy
         params = {p: tensor_of(n) for p, n in step.params.items()}
-        shard = {p: (self.tp if self.tp > 1 and self.param_blocks.get(p) else 1) for p in params}
+        shard = {p: (self.tp if self.tp > 1 and p in self.split_params else 1) for p in params}
         n_params = sum(params[p].numel() // shard[p] for p in params)
         n_train = sum(params[p].numel() // shard[p] for p in step.grads)
         state = OPTIMIZERS[self.optimizer][3]
@@ -590,7 +615,7 @@ class _Plan:
 
         # ---- optimizer ----
         params = {p: tensor_of(n) for p, n in step.params.items()}
-        shard = {p: (self.tp if self.tp > 1 and self.param_blocks.get(p) else 1) for p in params}
+        shard = {p: (self.tp if self.tp > 1 and p in self.split_params else 1) for p in params}
         n_train = sum(params[p].numel() // shard[p] for p in step.grads)
         reads, writes, ops, _state = OPTIMIZERS[self.optimizer]
         opt_specs: list[tuple[str, KernelSpec]] = []
@@ -657,7 +682,9 @@ class _Plan:
                          f"{ckpt[1] / 2 ** 20:,.0f} MiB for {recompute_us / 1e3:.2f} ms of recomputed forward per "
                          "micro-batch")
         if self.tp > 1:
-            notes.append(f"tensor parallelism over {self.tp} cards: {n_blocks} blocks split Megatron style, "
+            notes.append(f"tensor parallelism over {self.tp} cards"
+                         f"{' with sequence parallelism' if self.sequence_parallel else ''}: {n_blocks} blocks split "
+                         "Megatron style, "
                          f"{4 * n_blocks} all-reduces of the hidden state ({tp_comm_us / 1e3:.2f} ms on the critical "
                          "path)")
         if unmapped:

@@ -7,9 +7,12 @@ is the *simulated* world size: the ``world_size`` argument, else the ``WORLD_SIZ
 variable (as ``torchrun`` sets it), else 1. `pypto_lab.train.simulate_step` reads it, and reads
 the DDP wrapper's bucket size.
 
-On the CPU torch refuses ``device_ids`` for a module whose parameters are on the CPU (its own
-rule), so the seed's ``DistributedDataParallel(model, device_ids=[local_rank])`` is written here
-with ``device_ids=None``; everything else (``broadcast_buffers``, ``bucket_cap_mb``) is torch's.
+The seed writes ``DistributedDataParallel(model, device_ids=[local_rank])``: the NPU the process
+drives. Here the module stays on the CPU, for which torch refuses ``device_ids`` (its own rule).
+So while the simulated group is up, DDP's constructor takes ``device_ids`` / ``output_device`` for a
+CPU module, keeps them as ``simulated_device_ids`` and builds torch's own DDP without them;
+everything else (``broadcast_buffers``, ``bucket_cap_mb``, gradient hooks) is torch's.
+`destroy_process_group` restores torch's constructor.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import torch.distributed as dist
 
 BACKENDS = ("hccl", "gloo")
 _state: dict[str, int] = {}
+_patched: dict[str, object] = {}   # torch functions replaced while the simulated group is up
 
 
 class DistributedConfigError(ValueError):
@@ -45,11 +49,31 @@ def init_process_group(backend: str = "hccl", world_size: int | None = None, ran
                                      "integer. Fix: world_size=8")
     if not isinstance(rank, int) or not 0 <= rank < world_size:
         raise DistributedConfigError(f"rank = {rank!r}: must lie in 0..{world_size - 1}. Fix: rank=0")
+    _accept_npu_device_ids()
     if not dist.is_initialized():
         if init_method is None:
             init_method = "file://" + os.path.join(tempfile.mkdtemp(prefix="pypto_lab_pg_"), "store")
         dist.init_process_group("gloo", init_method=init_method, world_size=1, rank=0)
     _state.update(world_size=world_size, rank=rank)
+
+
+def _accept_npu_device_ids() -> None:
+    """Let torch's DDP take the seed's ``device_ids=[local_rank]`` for a CPU module (see above)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    if "ddp_init" in _patched:
+        return
+    original = DDP.__init__
+
+    def __init__(self, module, device_ids=None, output_device=None, *args, **kwargs):
+        on_cpu = all(p.device.type == "cpu" for p in module.parameters())
+        if on_cpu and (device_ids or output_device is not None):
+            self.simulated_device_ids = list(device_ids or [])
+            device_ids = output_device = None
+        original(self, module, device_ids, output_device, *args, **kwargs)
+
+    _patched["ddp_init"] = original
+    DDP.__init__ = __init__
 
 
 def is_initialized() -> bool:
@@ -73,6 +97,10 @@ def local_rank() -> int:
 def destroy_process_group() -> None:
     """Forget the simulated group and tear down torch's one-process group."""
     _state.clear()
+    if "ddp_init" in _patched:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        DDP.__init__ = _patched.pop("ddp_init")
     if dist.is_initialized():
         dist.destroy_process_group()
 

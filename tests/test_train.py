@@ -125,14 +125,19 @@ def test_bad_arguments_name_the_rule():
 
 
 def test_ddp_as_the_seed_writes_it_sets_cards_and_bucket_size():
+    torch_init = nn.parallel.DistributedDataParallel.__init__
     distributed.init_process_group(backend="hccl", world_size=8)
     try:
-        ddp = nn.parallel.DistributedDataParallel(_cnn(), broadcast_buffers=False, bucket_cap_mb=10)
+        local_rank = distributed.local_rank()
+        ddp = nn.parallel.DistributedDataParallel(_cnn(), device_ids=[local_rank], broadcast_buffers=False,
+                                                  bucket_cap_mb=10)
+        assert ddp.simulated_device_ids == [0]
         rep = simulate_step(ddp, _batch(), F.cross_entropy)
         assert rep.cards == 8 and rep.bucket_mb == pytest.approx(10)
     finally:
         distributed.destroy_process_group()
     assert distributed.get_world_size() == 1
+    assert nn.parallel.DistributedDataParallel.__init__ is torch_init   # torch's own constructor is back
     with pytest.raises(distributed.DistributedConfigError, match="backend"):
         distributed.init_process_group(backend="nccl")
 

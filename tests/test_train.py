@@ -152,6 +152,8 @@ def test_the_chrome_trace_has_a_compute_and_a_communication_lane(tmp_path):
     cats = {e["cat"] for e in events if e["ph"] == "X"}
     assert {"forward", "backward", "optimizer", "comm"} <= cats
     d = rep.to_dict()
+    assert d["topology"] and d["topology"] in " ".join(rep.notes)    # the server preset the 8 cards sit in
+    assert simulate_step(_cnn(), _batch(), F.cross_entropy).topology == ""
     for key in ("step_ms", "samples_per_s", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms",
                 "exposed_comm_ms", "peak_hbm_bytes"):
         assert d[key] >= 0

@@ -114,6 +114,7 @@ class TrainReport:
     largest_batch: int
     tp: int = 1
     tp_comm_ms: float = 0.0         # tensor-parallel all-reduces, on the critical path
+    topology: str = ""              # the server topology preset the cards sit in ("" for one card)
     data_wait_ms: float = 0.0       # the NPU idle, waiting for the loader
     loader: Any = None              # the loader's LoaderProfile, when one was given
     kernels: list[StepKernel] = field(default_factory=list, repr=False)
@@ -143,6 +144,7 @@ class TrainReport:
             "optimizer_ms": self.optimizer_ms, "comm_ms": self.comm_ms, "exposed_comm_ms": self.exposed_comm_ms,
             "peak_hbm_bytes": self.peak_hbm_bytes, "hbm_bytes": self.hbm_bytes, "memory": dict(self.memory),
             "largest_batch": self.largest_batch, "tp": self.tp, "tp_comm_ms": self.tp_comm_ms,
+            "topology": self.topology,
             "data_wait_ms": self.data_wait_ms, "unmapped_ops": dict(self.unmapped_ops), "notes": list(self.notes),
         }
 
@@ -700,5 +702,6 @@ class _Plan:
             recompute_ms=recompute_us / 1e3, optimizer_ms=opt_us / 1e3, comm_ms=comm_us / 1e3,
             exposed_comm_ms=exposed_us / 1e3, step_ms=step_us / 1e3, tokens_per_sample=step.tokens,
             peak_hbm_bytes=peak, hbm_bytes=int(chip.hbm_bytes), memory=memory, largest_batch=largest,
-            tp=self.tp, tp_comm_ms=tp_comm_us / 1e3, kernels=kernels, buckets=buckets, unmapped_ops=unmapped,
+            tp=self.tp, tp_comm_ms=tp_comm_us / 1e3, topology=self.topology.name if self.topology else "",
+            kernels=kernels, buckets=buckets, unmapped_ops=unmapped,
             notes=notes)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..hw.chip import Chip
+from ..hw.energy import EnergySummary, energy_of
 from ..kernels.costing import CostedKernel
 from ..passes.base import Note
 from .memory_plan import MemoryPlan
@@ -71,6 +72,28 @@ class Report:
         """Peak GM use of one run under this level's plan (no buffer reuse before level 2)."""
         return int(self.memory.peak_bytes) if self.memory else 0
 
+    # ---- energy (`pypto_lab.hw.energy`: the constants of the chip preset's [energy] table) ----
+    def energy(self) -> EnergySummary:
+        """The energy of one run: every kernel's MACs, vector ops and bytes at each memory level,
+        plus the chip's static power over the latency. Raises `EnergyModelError` for a chip whose
+        preset has no [energy] table."""
+        return energy_of(self.chip, [r for k in self.kernels for r in k.reports], self.latency_us)
+
+    @property
+    def energy_mj(self) -> float:
+        """Energy of one run (the whole batch), in millijoules."""
+        return self.energy().energy_mj
+
+    @property
+    def avg_power_w(self) -> float:
+        """Energy over latency, in watts."""
+        return self.energy().avg_power_w
+
+    @property
+    def tops_per_w(self) -> float:
+        """2 x the Cube's MACs per joule, in TOPS/W (= (2 x MACs / latency) / average power)."""
+        return self.energy().tops_per_w
+
     def utilization(self, unit: str) -> float:
         """Time-weighted Cube or Vector utilisation over the model's kernels."""
         total = sum(k.time_us for k in self.kernels if k.unit != "cpu")
@@ -93,7 +116,15 @@ class Report:
                         "gm_bytes": p.gm_bytes, "summary": p.summary,
                         "notes": [{"node": n.node, "reason": n.reason} for n in p.notes]} for p in self.passes],
             "notes": list(self.notes),
+            **self._energy_fields(),
         }
+
+    def _energy_fields(self) -> dict[str, Any]:
+        if self.chip.energy is None:  # a preset without an [energy] table: no energy figures
+            return {"energy_mj": None, "avg_power_w": None, "tops_per_w": None, "energy": None}
+        e = self.energy()
+        return {"energy_mj": e.energy_mj, "avg_power_w": e.avg_power_w, "tops_per_w": e.tops_per_w,
+                "energy": e.to_dict()}
 
     def table(self, top: int = 15) -> str:
         rows = sorted(self.kernels, key=lambda k: -k.time_us)[:top]
@@ -107,6 +138,11 @@ class Report:
                      f"{self.throughput_per_s:,.1f} samples/s, GM {self.gm_bytes / 1e6:,.1f} MB, "
                      f"cube {self.utilization('cube'):.0%}, vector {self.utilization('vector'):.0%}, "
                      f"peak memory {self.peak_memory_bytes / 1e6:,.1f} MB")
+        if self.chip.energy is not None:
+            e = self.energy()
+            lines.append(f"energy: {e.energy_mj:,.2f} mJ per run ({e.dynamic_mj:,.2f} dynamic + {e.static_mj:,.2f} "
+                         f"static), average power {e.avg_power_w:,.1f} W (TDP {e.tdp_w:g} W), "
+                         f"{e.tops_per_w:,.2f} TOPS/W")
         if self.fallback_ops:
             lines.append(f"CPU fallbacks: {', '.join(self.fallback_ops)}")
         lines.extend(f"note: {n}" for n in self.notes)

@@ -1,5 +1,5 @@
 """The simulated Ascend chip: presets, AI Core model, tiling rules, event simulator, numerics,
-calibration against measured micro-benchmarks."""
+calibration against measured micro-benchmarks, the energy model."""
 
 from .attention import simulate_attention
 from .calibration import microbench as _microbench
@@ -16,6 +16,7 @@ from .chip import (
     list_chips,
     load_chip,
 )
+from .energy import EnergyModelError, EnergySummary, EnergyTable, kernel_energy, kernel_traffic
 from .kernels import KernelReport, simulate_conv2d, simulate_matmul, simulate_vector
 from .simulator import Program, Timeline, simulate
 from .tiling import CubeTile, TilingError, VecTile
@@ -28,7 +29,8 @@ def microbench(chip, table, path_or_instr, dtypes="", x=None, m=None, k=None, n=
 
 
 __all__ = [
-    "PIPES", "Buffer", "Chip", "ChipConfigError", "CubeTile", "CubeUnit", "DataPath", "KernelReport",
+    "PIPES", "Buffer", "Chip", "ChipConfigError", "CubeTile", "CubeUnit", "DataPath", "EnergyModelError",
+    "EnergySummary", "EnergyTable", "KernelReport", "kernel_energy", "kernel_traffic",
     "Program", "Timeline", "TilingError", "VecTile", "VectorTiming", "VectorUnit", "get_chip",
     "list_chips", "load_chip", "microbench", "simulate", "simulate_attention", "simulate_conv2d", "simulate_matmul",
     "simulate_vector",

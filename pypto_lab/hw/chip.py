@@ -20,6 +20,7 @@ from typing import Any
 
 import tomllib
 
+from .energy import EnergyTable, read_energy_table
 from .preset_file import PresetReader
 
 PRESET_DIR = Path(__file__).with_name("presets")
@@ -157,6 +158,9 @@ class Chip:
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     path: str = field(default="", compare=False, repr=False)
     host_link_gbps: float = 0.0  # host<->device link, GB/s per direction (0: not given)
+    # the [energy] table (`pypto_lab.hw.energy`); None for a preset without one. It changes no
+    # timing, so it is not part of the fingerprint that keys timing caches.
+    energy: EnergyTable | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return self.name
@@ -167,7 +171,7 @@ class Chip:
 
     @property
     def fingerprint(self) -> str:
-        """A short hash of every constant of the chip: two chips with the same name but different
+        """A short hash of every timing constant of the chip (not the `energy` table): two chips with the same name but different
         numbers (a user's edited copy of a preset) have different fingerprints."""
         values = repr(tuple((f.name, getattr(self, f.name)) for f in fields(self) if f.compare))
         return hashlib.sha1(values.encode()).hexdigest()[:12]
@@ -233,7 +237,7 @@ _CUBE_KEYS = {"startup_cycles": float, "fractals": dict, "accumulator": dict}
 _VECTOR_KEYS = {"repeat_bytes": int, "max_repeats": int, "instructions": dict}
 _TIMING_KEYS = {"cycles_per_repeat": float, "startup_cycles": float, "min_cycles": float,
                 "partial_block_cycles": float, "block_repeats": int}
-_TOP_KEYS = {"chip", "buffers", "paths", "cube", "vector", "calibration"}
+_TOP_KEYS = {"chip", "buffers", "paths", "cube", "vector", "calibration", "energy"}
 
 
 def load_chip(path: str | Path) -> Chip:
@@ -319,6 +323,8 @@ def load_chip(path: str | Path) -> Chip:
             table[dts] = VectorTiming(**tv)
         instructions[instr] = MappingProxyType(table)
 
+    energy = read_energy_table(r, doc["energy"], fractals) if "energy" in doc else None
+
     return Chip(
         **c,
         buffers=MappingProxyType(buffers),
@@ -327,6 +333,7 @@ def load_chip(path: str | Path) -> Chip:
         vector=VectorUnit(ve["repeat_bytes"], ve["max_repeats"], MappingProxyType(instructions)),
         sources=MappingProxyType(r.sources),
         path=str(path),
+        energy=energy,
     )
 
 

@@ -62,7 +62,8 @@ def test_report_has_the_tables_and_figures_of_every_walkthrough(tmp_path):
     for title in ("tiny CNN, batch 2", "tiny MLP, batch 2"):
         for chip in ("Ascend910A", "Ascend910B1"):
             assert f"<h3>{title} on {chip}, fp16</h3>" in html
-    for header in ("latency us", "kernels", "GM MB", "peak memory MB", "speedup", "after pass", "what it did"):
+    for header in ("latency us", "kernels", "GM MB", "peak memory MB", "speedup", "energy mJ", "avg W", "TOPS/W",
+                   "after pass", "what it did"):
         assert f"<th>{header}</th>" in html
     assert "fuse_conv_bn_relu" in html and "tune_tiling" in html and "schedule" in html
     # the numbers in the tables are the simulator's
@@ -70,6 +71,7 @@ def test_report_has_the_tables_and_figures_of_every_walkthrough(tmp_path):
     for row in level_rows(res.reports["Ascend910B1"]):
         assert f"<td class=num>{row['latency_us']:,.1f}</td>" in html
         assert f"<td class=num>{row['speedup']:.2f}x</td>" in html
+        assert f"<td class=num>{row['tops_per_w']:.2f}</td>" in html and row["energy_mj"] > 0
     assert [r.level for r in res.reports["Ascend910A"]] == [0, 1, 2, 3]
     assert level_rows(res.reports["Ascend910A"])[0]["speedup"] == 1.0
     assert res.reports["Ascend910A"][1].kernels != res.reports["Ascend910A"][0].kernels  # fusion did something

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -108,16 +109,27 @@ def level_rows(reports: list) -> list[dict[str, Any]]:
     return [{"level": r.level, "latency_us": r.latency_us, "kernels": len(r.kernels),
              "gm_mb": r.gm_bytes / 1e6, "peak_memory_mb": r.peak_memory_bytes / 1e6,
              "throughput_per_s": r.throughput_per_s,
-             "speedup": base / r.latency_us if r.latency_us else 0.0} for r in reports]
+             "speedup": base / r.latency_us if r.latency_us else 0.0,
+             **_energy(r)} for r in reports]
+
+
+def _energy(report) -> dict[str, float]:
+    """Energy, average power and TOPS/W of a report; NaN for a chip preset without an [energy] table."""
+    if report.chip.energy is None:
+        return {"energy_mj": math.nan, "avg_power_w": math.nan, "tops_per_w": math.nan}
+    e = report.energy()
+    return {"energy_mj": e.energy_mj, "avg_power_w": e.avg_power_w, "tops_per_w": e.tops_per_w}
 
 
 def levels_text(label: str, chip: str, precision: str, reports: list) -> str:
     """The comparison table as console text."""
     lines = [f"{label} on {chip}, {precision}",
-             f"  {'level':<7}  {'latency us':>10}  {'kernels':>7}  {'GM MB':>8}  {'peak memory MB':>14}  {'speedup':>7}"]
+             f"  {'level':<7}  {'latency us':>10}  {'kernels':>7}  {'GM MB':>8}  {'peak memory MB':>14}  {'speedup':>7}"
+             f"  {'energy mJ':>9}  {'avg W':>6}  {'TOPS/W':>6}"]
     for row in level_rows(reports):
         lines.append(f"  level {row['level']}  {row['latency_us']:10,.1f}  {row['kernels']:7d}  {row['gm_mb']:8,.1f}  "
-                     f"{row['peak_memory_mb']:14,.1f}  {row['speedup']:6.2f}x")
+                     f"{row['peak_memory_mb']:14,.1f}  {row['speedup']:6.2f}x  {row['energy_mj']:9,.2f}  "
+                     f"{row['avg_power_w']:6,.1f}  {row['tops_per_w']:6.2f}")
     return "\n".join(lines)
 
 
@@ -294,10 +306,11 @@ def render_html(tour: TourReport) -> str:
         for chip, reports in res.reports.items():
             out.append(f"<h3>{html.escape(label)} on {html.escape(chip)}, {html.escape(res.precision)}</h3>")
             rows = [[f"level {r['level']}", f"{r['latency_us']:,.1f}", r["kernels"], f"{r['gm_mb']:,.1f}",
-                     f"{r['peak_memory_mb']:,.1f}", f"{r['throughput_per_s']:,.1f}", f"{r['speedup']:.2f}x"]
+                     f"{r['peak_memory_mb']:,.1f}", f"{r['throughput_per_s']:,.1f}", f"{r['speedup']:.2f}x",
+                     f"{r['energy_mj']:,.2f}", f"{r['avg_power_w']:,.1f}", f"{r['tops_per_w']:.2f}"]
                     for r in level_rows(reports)]
             out.append(_table(["level", "latency us", "kernels", "GM MB", "peak memory MB", "samples/s",
-                               "speedup"], rows))
+                               "speedup", "energy mJ", "avg W", "TOPS/W"], rows))
             last = reports[-1]
             steps, prev = [], None
             for p in last.passes:

@@ -21,9 +21,12 @@ reductions) and, at int8, `quantize_int8` run at every level.
 
 from __future__ import annotations
 
+import functools
+import inspect
+import os
 import time
 import weakref
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -32,7 +35,7 @@ from .amp import autocast_precision
 from .analysis.memory_plan import memory_plan
 from .analysis.report import PassStep, Report
 from .analysis.schedule import schedule_kernels
-from .capture import Graph, capture
+from .capture import Graph, capture, torchscript
 from .hw.chip import Chip, get_chip
 from .hw.tiling import DTYPE_BYTES
 from .kernels.costing import cost_kernels
@@ -153,22 +156,49 @@ def recost(report: Report, graph: Graph, step: str, summary: str) -> Report:
                    notes=[*report.notes, summary])
 
 
-@dataclass
-class OptimizedModel:
-    """The model, its optimised graph and the simulator's report on it.
+class OptimizedModel(torch.nn.Module):
+    """The model, its optimised graph and the simulator's report on it: an ``nn.Module`` wrapping
+    the model.
 
     Calling it, ``optimized(*inputs)``, returns the model's outputs computed on the CPU with the
     NPU's numerics for the optimised graph (`pypto_lab.runtime`); ``last_cpu_us`` is the measured
-    wall time of the last call (the simulated NPU time is ``report().latency_us``)."""
+    wall time of the last call (the simulated NPU time is ``report().latency_us``).
 
-    model: torch.nn.Module
-    graph: Graph | None
-    _report: Report | None
-    chip: Chip
-    cube_precision: str = ""           # the Cube precision the passes ran with (after CANN's rule)
-    last_cpu_us: float = field(default=0.0, repr=False)
-    _runtime: Any = field(default=None, repr=False)
-    _deferred: dict[str, Any] | None = field(default=None, repr=False)  # optimize(model) without inputs
+    Export (``torch.onnx.export``, ``torch.export.export``, ``torch.jit.trace``): the NPU-numerics
+    interpreter is not traceable, and what a deployment hands to ATC is the model's float
+    computation, so while it is being traced or exported (`being_traced`) ``forward`` calls the
+    wrapped model itself: the exported graph is the original model's (the graph ATC would compile
+    and optimise), not the simulator, and its weights are the wrapped model's. A wrapped
+    ScriptModule is exported through the program `pypto_lab.capture.torchscript` converted it to.
+    ``forward`` has the wrapped model's signature, so ``dynamic_axes`` / ``dynamic_shapes`` bind
+    to its parameters. With torch's default (dynamo) ONNX exporter an ``opset_version`` below 18
+    is raised to 18 by torch (it warns, tries to convert down, and keeps 18 when it cannot);
+    ``dynamo=False`` (torch's deprecated TorchScript exporter) writes the opset asked for.
+
+    ``state_dict()`` is the wrapped model's under the prefix ``model.`` (the wrapped model is the
+    one sub-module; the graph, report and runtime hold no parameters of their own), and
+    ``load_state_dict`` writes the wrapped model's weights, which the runtime reads live.
+    ``training`` starts as the wrapped model's flag; ``eval()``/``train()`` set the wrapped model's
+    flags too."""
+
+    def __init__(self, model: torch.nn.Module, graph: Graph | None, _report: Report | None, chip: Chip,
+                 cube_precision: str = "", last_cpu_us: float = 0.0, _runtime: Any = None,
+                 _deferred: dict[str, Any] | None = None):
+        super().__init__()
+        self.training = model.training     # its own flag only: exporters read it (the runtime runs in eval)
+        self.model = model                  # the one sub-module: state_dict keys are "model.<name>"
+        self.graph = graph
+        self._report = _report
+        self.chip = chip
+        self.cube_precision = cube_precision  # the Cube precision the passes ran with (after CANN's rule)
+        self.last_cpu_us = last_cpu_us
+        self._runtime = _runtime
+        self._deferred = _deferred          # optimize(model) without inputs: the options to optimise with
+        self.forward = _signed_forward(self)  # the wrapped model's signature, for exporters (see there)
+
+    def extra_repr(self) -> str:
+        level = self._report.level if self._report is not None else None
+        return f"chip={self.chip.name}, level={level}, cube_precision={self.cube_precision!r}"
 
     def report(self) -> Report:
         if self._report is None:
@@ -192,7 +222,24 @@ class OptimizedModel:
             self._runtime = Runtime(self.model, self.graph, self.chip, self.cube_precision)
         return self._runtime
 
-    def __call__(self, *args, **kwargs):
+    def _float_model(self) -> torch.nn.Module:
+        """What an exporter traces: the wrapped model, or for a ScriptModule the GraphModule it was
+        converted to when it was captured (exporters cannot trace a ScriptModule called from Python)."""
+        if not torchscript.is_script_module(self.model):
+            return self.model
+        converted = torchscript.converted(self.model)
+        if converted is None:
+            raise OptimizeError(
+                "exporting an optimised TorchScript model traces the program it was converted to when it was "
+                "captured, and this one was not captured yet (optimize without example inputs). Fix: call it once "
+                "on real inputs (optimized(x)) before exporting, or pass example_inputs to optimize()")
+        return converted
+
+    def forward(self, *args, **kwargs):
+        """The outputs with the NPU's numerics; while traced or exported, the wrapped model's own
+        computation (see the class docstring)."""
+        if being_traced(args, kwargs):
+            return self._float_model()(*args, **kwargs)
         if self._deferred is not None:
             self._optimize_now(args, kwargs)
         start = time.perf_counter()
@@ -201,6 +248,35 @@ class OptimizedModel:
         self.last_cpu_us = cpu_us
         notify_run(self, args, cpu_us)
         return out
+
+
+def _signed_forward(optimized: OptimizedModel):
+    """``optimized.forward`` carrying the wrapped model's signature (``forward(self, x)``, not
+    ``(*args, **kwargs)``): exporters bind inputs, ``dynamic_axes`` and ``dynamic_shapes`` to the
+    forward's parameter names (the seed's ``dynamic_axes={"input": {0: "batch_size"}}`` through
+    ``torch.onnx.export``), which a ``*args`` signature does not have."""
+    forward = functools.partial(OptimizedModel.forward, optimized)
+    try:
+        forward.__signature__ = inspect.signature(optimized.model.forward)
+    except (TypeError, ValueError):  # a forward without an introspectable signature: keep *args
+        pass
+    return forward
+
+
+def being_traced(args=(), kwargs=None) -> bool:
+    """Whether a tracer or exporter is running the model rather than a user: torch.jit.trace (and
+    the TorchScript-based ``torch.onnx.export(..., dynamo=False)``), torch.export / the dynamo ONNX
+    exporter / torch.compile, or inputs that are fake or proxy tensors (a tracer's, not data)."""
+    if torch.jit.is_tracing() or torch.onnx.is_in_onnx_export():
+        return True
+    compiler = getattr(torch, "compiler", None)
+    if compiler is not None and (compiler.is_compiling() or getattr(compiler, "is_exporting", lambda: False)()):
+        return True
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.utils import _pytree
+
+    flat = _pytree.tree_leaves((args, kwargs or {}))
+    return any(isinstance(x, (FakeTensor, torch.fx.Proxy)) for x in flat)
 
 
 def _batch_of(example_inputs) -> int:
@@ -221,18 +297,26 @@ def _check_inputs(example_inputs) -> None:
                                 "work to simulate, so no latency can be reported; give at least one sample")
 
 
-def optimize(model: torch.nn.Module, example_inputs=None, chip: str | Chip = "Ascend910A", level: int | None = None,
-             precision: str | None = None) -> OptimizedModel:
+def optimize(model: torch.nn.Module | str | os.PathLike, example_inputs=None, chip: str | Chip = "Ascend910A",
+             level: int | None = None, precision: str | None = None) -> OptimizedModel:
     """Capture ``model`` on ``example_inputs``, optimise it at ``level`` for ``chip`` and cost it.
 
     ``chip`` is a shipped preset's name, the path of a preset file, or a `Chip`. ``level`` and
     ``precision`` default to `set_optimization_options`' graph_optimization_level and
     auto_mixed_precision (fp16 when on, fp32 when off). Without ``example_inputs`` (the seed
     article's ``pypto.optimize(model)``), capture waits for the first call: ``optimized(x)``
-    optimises on ``x``'s shapes, then runs."""
+    optimises on ``x``'s shapes, then runs.
+
+    ``model`` may be a TorchScript module (``torch.jit.script``, ``torch.jit.trace``,
+    ``torch.jit.load``) or the path of a file ``torch.jit.save`` wrote: it is converted to an
+    exportable program with torch's TorchScript converter (`pypto_lab.capture.torchscript`) and
+    then optimised as the eager model would be; the OptimizedModel wraps the ScriptModule."""
     chip = get_chip(chip)
+    if torchscript.is_path(model):  # the seed's torch.jit.load(...) file, given by its path
+        model = torchscript.load(model)
     if not isinstance(model, torch.nn.Module):
-        raise OptimizeError(f"optimize needs a torch.nn.Module, got {type(model).__name__}")
+        raise OptimizeError(f"optimize needs a torch.nn.Module, a ScriptModule or the path of a TorchScript file "
+                            f"(torch.jit.save), got {type(model).__name__}")
     if example_inputs is None:
         if level is not None:
             _check_level(level)

@@ -12,9 +12,10 @@ its logits kept); a model whose parameters are on the meta device (shapes only, 
 `pypto_lab.llm.hf.build_causal_lm`) is exported with fake CPU weights and inputs (`shapes_only`:
 the program a CPU model of those shapes gives, with no weight memory); a model exported
 once with dynamic shapes (`export_dynamic`) is specialised to each new size instead of exported
-again (`dynamic.specialise`). Symbolic-size arithmetic (``sym_size``, Python ``operator`` calls
-on sizes) is no kernel: such nodes are left out of the Graph and their values written into the
-arguments that read them.
+again (`dynamic.specialise`); a TorchScript model (a ScriptModule, or the path of a file
+``torch.jit.save`` wrote) is converted by `torchscript.exportable` first. Symbolic-size
+arithmetic (``sym_size``, Python ``operator`` calls on sizes) is no kernel: such nodes are left
+out of the Graph and their values written into the arguments that read them.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import numpy as np
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from . import dynamic, hf_models, shapes_only
+from . import dynamic, hf_models, shapes_only, torchscript
 from .graph import Graph, Node, TensorInfo, Value
 
 
@@ -280,6 +281,8 @@ def capture(model: torch.nn.Module, example_inputs, name: str | None = None) -> 
     rather than exported again. Threads may call it at once: captures run one at a time
     (torch.export is not thread-safe).
     """
+    if torchscript.is_path(model):  # a file torch.jit.save wrote
+        model = torchscript.load(model)
     if not isinstance(model, torch.nn.Module):
         raise CaptureError(f"capture needs a torch.nn.Module, got {type(model).__name__}; wrap a function "
                            "in a Module whose forward calls it")
@@ -297,12 +300,16 @@ def _export(model: torch.nn.Module, example_inputs: tuple, dynamic_shapes=None) 
     target = hf_models.adapt(model) if hf_models.is_causal_lm(model) else model
     try:
         with eval_mode(model), torch.no_grad():
+            if torchscript.is_script_module(model):  # torch.export refuses ScriptModules: convert it first
+                target = torchscript.exportable(model, example_inputs)
             if not on_meta(model):
                 return torch.export.export(target, example_inputs, dynamic_shapes=dynamic_shapes)
             mode = FakeTensorMode(allow_non_fake_inputs=True)
             inputs = tuple(torch.utils._pytree.tree_map(lambda x: shapes_only.fake_input(x, mode), example_inputs))
             with shapes_only.as_cpu(target, mode):
                 return torch.export.export(target, inputs, dynamic_shapes=dynamic_shapes)
+    except torchscript.TorchScriptError:
+        raise
     except Exception as exc:  # torch raises many kinds: say what failed and what to do
         raise CaptureError(
             f"torch.export could not capture {type(model).__name__}: {type(exc).__name__}: "

@@ -278,3 +278,16 @@ def test_resnet18_onnx_to_om(tmp_path):
     out = om(x)
     assert torch.argmax(out) == torch.argmax(ref)
     torch.testing.assert_close(out, ref, rtol=5e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize("level, precision", [(0, "fp16"), (3, "fp16"), (2, "int8")])
+def test_save_om_of_a_torch_model_with_attention_round_trips(tmp_path, level, precision):
+    from pypto_lab.deploy import save_om
+
+    torch.manual_seed(0)
+    model = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True, dropout=0.0).eval()
+    x = torch.randn(2, 16, 64)
+    opt = pypto_lab.optimize(model, (x,), chip="Ascend910B1", level=level, precision=precision)
+    om = load_om(save_om(opt, tmp_path / "enc.om"))
+    torch.testing.assert_close(om(x), opt(x), rtol=0, atol=1e-6)
+    assert om.report().to_dict() == opt.report().to_dict()

@@ -6,6 +6,7 @@ The chip model lives in `pypto_lab.hw`; the functions below are the public entry
 from . import amp, debug, nn, profiler, quantization, tuning
 from .capture import CaptureError, Graph, capture
 from .custom_ops import CustomOpError, custom_op
+from .deploy.om import OMError, OMModel, load_om
 from .hw.attention import simulate_attention
 from .hw.chip import ChipConfigError, get_chip, list_chips
 from .hw.kernels import KernelReport, simulate_conv2d, simulate_matmul, simulate_vector
@@ -29,5 +30,5 @@ __all__ = [
     "get_memory_allocator", "set_memory_allocator",
     "ChipConfigError", "CubeTile", "KernelReport", "OptimizeError", "TilingError", "VecTile", "get_chip",
     "get_optimization_options", "list_chips", "optimize", "set_optimization_options", "simulate_conv2d",
-    "simulate_matmul", "simulate_vector",
+    "simulate_matmul", "simulate_vector", "OMError", "OMModel", "load_om",
 ]

@@ -1,5 +1,5 @@
 """The `pypto-lab` command: `tour` (the main job of `make demo`), `chips`, `matmul`, `vector`,
-`report`, `compare`, `calibrate`.
+`report`, `compare`, `calibrate`, `atc` (ATC's flags: ONNX in, an OM file out).
 
 Bad input ends the command with one line on stderr, ``pypto-lab: error: ...`` naming the value,
 the rule and a fix, and exit code 2; it is checked before any long computation starts."""
@@ -233,6 +233,25 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_atc(args) -> int:
+    from .deploy.atc import check_args, om_path, run_atc
+
+    check_args(args.model, args.framework, args.output, args.soc_version, args.precision_mode, args.input_shape)
+    if args.level not in LEVELS:
+        raise CliError(f"--level={args.level}: levels are 0, 1, 2, 3 (ATC's graph compiler is level 2)")
+    _writable("--output", str(om_path(args.output)), "model")
+    result = run_atc(args.model, args.framework, args.output, args.soc_version, args.input_shape,
+                     args.precision_mode, args.out_nodes, args.level, argv=sys.argv[1:])
+    rep = result.om.report()
+    print(rep.table(args.top))
+    ins = ", ".join(f"{i['name']} {tuple(i['shape'])} {i['dtype']}" for i in result.om.inputs)
+    print(f"inputs: {ins}; precision {result.precision}")
+    print(f"wrote {result.path} (format {result.om.manifest['format']} v{result.om.manifest['format_version']}; "
+          f"load it with pypto_lab.load_om)")
+    print("ATC run success, welcome to the next use.")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pypto-lab", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -278,6 +297,18 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--chip", required=True)
     c.add_argument("--json", help="write {table/path/dtypes: {rows, mape, max_ape}} to this file")
     c.set_defaults(func=cmd_calibrate)
+    a = sub.add_parser("atc", help="ATC's command: compile an ONNX model for a chip into an .om file "
+                                   "(--model=model.onnx --framework=5 --output=model --soc_version=Ascend910)")
+    a.add_argument("--model", required=True, help="the ONNX model file")
+    a.add_argument("--framework", type=int, required=True, help="5: ONNX (ATC's code; the only one supported)")
+    a.add_argument("--output", required=True, help="the OM's path without .om (ATC appends it)")
+    a.add_argument("--soc_version", required=True, help="the chip: a preset name or ATC's (Ascend910 = Ascend910A)")
+    a.add_argument("--input_shape", help='fixed input shapes, "input:1,3,224,224;mask:1,128"')
+    a.add_argument("--precision_mode", help="ATC's precision mode (default force_fp16); see docs/om_format.md")
+    a.add_argument("--out_nodes", help='the outputs, "node_name:index;..." (default: the graph\'s outputs)')
+    a.add_argument("--level", type=int, default=2, help="(workbench, not ATC) the optimisation level, default 2")
+    a.add_argument("--top", type=int, default=10, help="(workbench, not ATC) kernels to list, slowest first")
+    a.set_defaults(func=cmd_atc)
     add_llm_commands(sub)
     return p
 

@@ -36,16 +36,21 @@ def _regular_file_mode(path: Path) -> int | None:
 def write_text_atomic(path: str | Path, text: str) -> Path:
     """Write ``text`` to ``path`` (UTF-8) whole or not at all; returns ``path``. Through a symbolic
     link the file it points to is replaced, as ``open(path, "w")`` would write it."""
+    return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` whole or not at all; returns ``path`` (as `write_text_atomic`)."""
     path = Path(path)
     target = Path(os.path.realpath(path))
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _create_beside(target)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "wb") as fh:
             mode = _regular_file_mode(target)
             if mode is not None:  # keep the mode of the file it replaces
                 os.fchmod(fh.fileno(), mode)
-            fh.write(text)
+            fh.write(data)
         os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):

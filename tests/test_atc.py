@@ -291,3 +291,20 @@ def test_save_om_of_a_torch_model_with_attention_round_trips(tmp_path, level, pr
     om = load_om(save_om(opt, tmp_path / "enc.om"))
     torch.testing.assert_close(om(x), opt(x), rtol=0, atol=1e-6)
     assert om.report().to_dict() == opt.report().to_dict()
+
+
+def test_atc_compiles_a_torchscript_file_like_the_eager_model(tmp_path, capsys):
+    model = _cnn().eval()
+    x = torch.randn(2, 3, 32, 32)
+    pt = tmp_path / "cnn.pt"
+    torch.jit.save(torch.jit.script(model), str(pt))
+    base = ["atc", f"--model={pt}", "--framework=5", f"--output={tmp_path / 'ts'}", "--soc_version=Ascend910B1"]
+    assert main(base) == 2                                   # TorchScript records no input shapes
+    assert "--input_shape is required" in capsys.readouterr().err
+    assert not (tmp_path / "ts.om").exists()
+    assert main([*base, "--input_shape=input:2,3,32,32"]) == 0
+    om = load_om(tmp_path / "ts.om")
+    eager = pypto_lab.optimize(model, (x,), chip="Ascend910B1", level=2, precision="fp16")
+    assert om.report().latency_us == pytest.approx(eager.report().latency_us)
+    assert len(om.report().kernels) == len(eager.report().kernels)
+    assert torch.equal(om(x), eager(x))

@@ -16,12 +16,21 @@ ATC's flags, as ATC spells them:
 * ``--precision_mode``: ATC's modes mapped to the workbench's precision, `PRECISION_MODES`.
   The default is ATC's, force_fp16.
 * ``--out_nodes``: ``"node_name:index;..."`` (or output tensor names): the model's outputs.
+
+TorchScript (a workbench extension: ATC itself has no TorchScript framework, CANN users export to
+ONNX first): a ``--model`` file that ``torch.jit.save`` wrote is recognised by its content and
+compiled through `pypto_lab.optimize`'s TorchScript path, with ``--framework=5`` as for ONNX.
+TorchScript records no input shapes, so ``--input_shape`` is required; each input is an fp32
+tensor of that shape, in the order given. ``--out_nodes`` does not apply.
 """
 
 from __future__ import annotations
 
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+import torch
 
 from ..capture import CaptureError
 from ..hw.chip import Chip, get_chip, list_chips
@@ -103,7 +112,7 @@ def check_args(model: str, framework: int, output: str, soc_version: str, precis
         raise AtcError(f"--framework={framework} ({what}) is not supported; pypto-lab atc reads ONNX models: "
                        "--framework=5")
     if not Path(model).is_file():
-        raise AtcError(f"--model={model}: no such file; give the path of an .onnx file")
+        raise AtcError(f"--model={model}: no such file; give the path of an .onnx file (or of a TorchScript file)")
     if not output:
         raise AtcError("--output is empty; give the OM's name without .om, e.g. --output=model")
     chip = resolve_soc(soc_version)
@@ -112,12 +121,47 @@ def check_args(model: str, framework: int, output: str, soc_version: str, precis
     return chip, precision
 
 
+def is_torchscript_file(path: str | Path) -> bool:
+    """Whether ``path`` is an archive ``torch.jit.save`` wrote: a zip with TorchScript's ``code/``
+    folder and ``constants.pkl`` under its top-level folder (an ONNX file is a protobuf, not a zip)."""
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as z:
+        names = z.namelist()
+    return any("/code/" in n for n in names) and any(n.endswith("/constants.pkl") for n in names)
+
+
+def _torchscript_inputs(model: str, input_shape: str | None, out_nodes: str | None) -> tuple[list[str], tuple]:
+    shapes = parse_input_shape(input_shape)
+    if not shapes:
+        raise AtcError(f"--model={model} is a TorchScript file, which records no input shapes: --input_shape is "
+                       "required, e.g. --input_shape=\"input:1,3,224,224\" (several inputs separated by ';', in the "
+                       "order forward() takes them)")
+    if out_nodes:
+        raise AtcError(f"--out_nodes={out_nodes}: a TorchScript model has no named graph nodes to cut at; leave "
+                       "--out_nodes out (the outputs are forward()'s)")
+    gen = torch.Generator().manual_seed(0)
+    return list(shapes), tuple(torch.randn(*dims, generator=gen) for dims in shapes.values())
+
+
 def run_atc(model: str, framework: int, output: str, soc_version: str, input_shape: str | None = None,
             precision_mode: str | None = None, out_nodes: str | None = None, level: int = DEFAULT_LEVEL,
             argv: list[str] | None = None) -> AtcResult:
     """Compile ``model`` for ``soc_version`` and write ``<output>.om``; returns the path and the
     loaded OM (read back from the file, so what is returned is what was written)."""
     chip, precision = check_args(model, framework, output, soc_version, precision_mode, input_shape)
+    if is_torchscript_file(model):
+        names, inputs = _torchscript_inputs(model, input_shape, out_nodes)
+        optimized = optimize(model, inputs, chip=chip, level=level, precision=precision)
+        path = om_path(output)
+        source = {"tool": "pypto-lab atc", "model": str(model), "framework": "torchscript (workbench extension)",
+                  "soc_version": soc_version, "precision_mode": precision_mode or DEFAULT_PRECISION_MODE,
+                  "input_shape": input_shape or ""}
+        if argv is not None:
+            source["argv"] = list(argv)
+        save_om(optimized, path, model_name=Path(model).stem, input_names=names, created_by="pypto-lab atc",
+                source=source)
+        return AtcResult(path, load_om(path), precision, chip)
     outs = [s for s in (out_nodes or "").split(";") if s.strip()]
     module, inputs = import_onnx(model, parse_input_shape(input_shape), outs or None)
     try:
@@ -140,5 +184,6 @@ def run_atc(model: str, framework: int, output: str, soc_version: str, input_sha
     return AtcResult(path, load_om(path), precision, chip)
 
 
-__all__ = ["AtcError", "AtcResult", "DEFAULT_LEVEL", "FRAMEWORKS", "PRECISION_MODES", "SOC_ALIASES", "om_path",
+__all__ = ["AtcError", "AtcResult", "DEFAULT_LEVEL", "FRAMEWORKS", "PRECISION_MODES", "SOC_ALIASES",
+           "is_torchscript_file", "om_path",
            "resolve_precision_mode", "resolve_soc", "run_atc"]

@@ -15,7 +15,6 @@ precision and the versions of pypto_lab and torch, so a rerun computes only new 
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import inspect
 import itertools
@@ -95,9 +94,34 @@ class BaseChip:
     label: str = ""
 
     def read(self) -> dict[str, Any]:
+        """The document, shared: never change it in place (`_derive` copies what it changes)."""
         if self.preset is not None:
-            return read_preset_document(PRESET_DIR / f"{self.preset}.toml")
-        return copy.deepcopy(self.document)
+            return _preset_document(self.preset)
+        return self.document
+
+
+_DOCS: dict[tuple[str, int], dict[str, Any]] = {}   # parsed shipped presets (parsing is most of a point's cost)
+
+
+def _preset_document(name: str) -> dict[str, Any]:
+    path = PRESET_DIR / f"{name}.toml"
+    key = (str(path), path.stat().st_mtime_ns)
+    if key not in _DOCS:
+        _DOCS[key] = read_preset_document(path)
+    return _DOCS[key]
+
+
+def _with(doc: dict[str, Any], where: tuple[str, ...], value: Any) -> dict[str, Any]:
+    """A copy of ``doc`` with ``doc[where[0]]...[where[-1]] = value``: the tables along the way
+    copied, the rest shared."""
+    out = dict(doc)
+    table = out
+    for part in where[:-1]:
+        inner = table.get(part)
+        table[part] = dict(inner) if isinstance(inner, dict) else {}
+        table = table[part]
+    table[where[-1]] = value
+    return out
 
 
 def resolve_base(chip: str | Path | Chip) -> BaseChip:
@@ -131,15 +155,10 @@ def _derive(base: BaseChip, values: Mapping[str, Any]) -> Chip:
     name = variant_name(base.name, values)
     for key, value in values.items():
         _check_key(key)
-        where, _, _ = VARIANT_KEYS[key]
-        table = doc
-        for part in where[:-1]:
-            table = table.setdefault(part, {}) if isinstance(table, dict) else table
-        if not isinstance(table, dict):
-            raise SweepError(f"variant {key}: the preset {base.label} has no table {'.'.join(where[:-1])}")
-        table[where[-1]] = {"value": _document_value(key, value), "source": f"sweep variant of {base.name}: {key}"}
+        doc = _with(doc, VARIANT_KEYS[key][0],
+                    {"value": _document_value(key, value), "source": f"sweep variant of {base.name}: {key}"})
     if values:
-        doc.setdefault("chip", {})["name"] = {"value": name, "source": f"sweep variant of {base.name}"}
+        doc = _with(doc, ("chip", "name"), {"value": name, "source": f"sweep variant of {base.name}"})
     label = f"{name} (derived from {base.label})" if values else base.label
     return chip_from_document(doc, label, "" if values else base.label)
 

@@ -42,7 +42,8 @@ VARIANT_KEYS: dict[str, tuple[tuple[str, ...], int, str]] = {
     "l2_gbps": (("chip", "l2_gbps"), 1, "L2 bandwidth, GB/s"),
     "hbm_gbps": (("chip", "hbm_gbps"), 1, "HBM bandwidth, GB/s"),
     "hbm_gb": (("chip", "hbm_bytes"), 2**30, "HBM capacity, GB"),
-    "cube_cores": (("chip", "cube_cores"), 1, "AI Cores with a Cube (AIC)"),
+    "ai_cores": (("chip", "cube_cores"), 1, "AI Cores (AIC), vector cores kept at the preset's AIC:AIV ratio"),
+    "cube_cores": (("chip", "cube_cores"), 1, "AI Cores with a Cube (AIC) alone"),
     "vector_cores": (("chip", "vector_cores"), 1, "vector cores (AIV)"),
     "clock_mhz": (("chip", "clock_mhz"), 1, "AI Core clock, MHz"),
 }
@@ -153,8 +154,19 @@ def resolve_base(chip: str | Path | Chip) -> BaseChip:
 def _derive(base: BaseChip, values: Mapping[str, Any]) -> Chip:
     doc = base.read()
     name = variant_name(base.name, values)
+    if "ai_cores" in values and {"cube_cores", "vector_cores"} & set(values):
+        raise SweepError("variants ai_cores and cube_cores / vector_cores both given: ai_cores sets both; "
+                         "fix: vary ai_cores, or cube_cores and vector_cores, not both")
     for key, value in values.items():
         _check_key(key)
+        if key == "ai_cores":
+            chip_table = doc.get("chip", {})
+            plain = [chip_table.get(k) for k in ("vector_cores", "cube_cores")]
+            plain = [v["value"] if isinstance(v, dict) else v for v in plain]
+            if all(isinstance(v, int) and v > 0 for v in plain) and isinstance(value, (int, float)):
+                doc = _with(doc, ("chip", "vector_cores"),
+                            {"value": round(value * plain[0] / plain[1]), "source": f"sweep variant of "
+                             f"{base.name}: ai_cores, at the preset's {plain[1]}:{plain[0]} AIC:AIV ratio"})
         doc = _with(doc, VARIANT_KEYS[key][0],
                     {"value": _document_value(key, value), "source": f"sweep variant of {base.name}: {key}"})
     if values:

@@ -127,3 +127,11 @@ def test_pareto_on_a_small_table():
     assert best.name.tolist() == ["a", "b", "e"]
     with pytest.raises(ex.SweepError, match="column 'latency' is not in the table; fix: use one of name, area"):
         ex.pareto(df, "area", "latency")
+
+
+def test_ai_cores_keeps_the_presets_vector_core_ratio():
+    chip = ex.variant_chip("Ascend910B1", ai_cores=12)
+    assert (chip.cube_cores, chip.vector_cores) == (12, 24) and chip.name == "Ascend910B1+ai_cores=12"
+    assert ex.variant_chip("Ascend910B1", cube_cores=12).vector_cores == 48
+    with pytest.raises(ex.SweepError, match="ai_cores and cube_cores / vector_cores both given"):
+        ex.variant_chip("Ascend910B1", ai_cores=12, cube_cores=12)

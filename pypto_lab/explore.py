@@ -50,7 +50,7 @@ VARIANT_KEYS: dict[str, tuple[tuple[str, ...], int, str]] = {
 
 LEVEL_CHOICES = (0, 1, 2, 3)
 PRECISION_CHOICES = ("fp32", "fp16", "bf16", "int8")
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 
 
 class SweepError(ValueError):
@@ -310,6 +310,7 @@ class Point:
     precision: str
     chip_name: str
     fingerprint: str
+    energy_key: str = ""   # the chip's energy constants, if it has any (not in its timing fingerprint)
 
     def describe(self) -> str:
         return f"{self.model.name} on {self.chip_name}, batch {self.batch}, level {self.level}, {self.precision}"
@@ -360,6 +361,13 @@ def _variant_grid(variants: Mapping[str, Any] | None) -> list[tuple[tuple[str, A
     return [tuple(combo) for combo in itertools.product(*lists)]
 
 
+def _energy_key(chip: Chip) -> str:
+    """A hash of the chip's energy table when its Chip has one (`Chip.fingerprint` covers timing
+    constants only), so a changed energy constant is not answered from the cache."""
+    energy = getattr(chip, "energy", None)
+    return "" if energy is None else hashlib.sha1(repr(energy).encode()).hexdigest()[:12]
+
+
 def design_points(models, chips, variants=None, batch=1, level=1, precision="fp16") -> list[Point]:
     """Every point of the grid, in table order; every variant chip derived and validated here."""
     specs = resolve_models(models)
@@ -378,7 +386,7 @@ def design_points(models, chips, variants=None, batch=1, level=1, precision="fp1
     points = []
     for spec, base, values, b, lv, p in itertools.product(specs, bases, grid, batches, levels, precisions):
         chip = derived[(base.label, values)]
-        points.append(Point(spec, base, values, b, lv, p, chip.name, chip.fingerprint))
+        points.append(Point(spec, base, values, b, lv, p, chip.name, chip.fingerprint, _energy_key(chip)))
     return points
 
 
@@ -461,6 +469,7 @@ def cache_key(point: Point) -> str:
 
     key = {"format": CACHE_FORMAT, "pypto_lab": __version__, "torch": torch.__version__,
            "model": point.model.key, "chip": point.chip_name, "fingerprint": point.fingerprint,
+           "energy": point.energy_key,
            "batch": point.batch, "level": point.level, "precision": point.precision}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
 

@@ -243,12 +243,22 @@ _TOP_KEYS = {"chip", "buffers", "paths", "cube", "vector", "calibration", "energ
 def load_chip(path: str | Path) -> Chip:
     """Load and validate a chip preset file."""
     path = Path(path)
-    r = PresetReader(str(path), ChipConfigError, f"see the shipped presets in {PRESET_DIR}")
+    return chip_from_document(read_preset_document(path), str(path), str(path))
+
+
+def read_preset_document(path: str | Path) -> dict[str, Any]:
+    """A preset file's TOML document, unvalidated (`chip_from_document` validates it)."""
     try:
         with open(path, "rb") as fh:
-            doc = tomllib.load(fh)
+            return tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise ChipConfigError(f"{path}: not valid TOML: {exc}") from exc
+
+
+def chip_from_document(doc: dict[str, Any], label: str, path: str = "") -> Chip:
+    """Validate a preset's TOML document (as `load_chip` reads it) and build its `Chip`. ``label``
+    names the document in error messages (a file, or a derived chip such as a sweep's variant)."""
+    r = PresetReader(label, ChipConfigError, f"see the shipped presets in {PRESET_DIR}")
     unknown = set(doc) - _TOP_KEYS
     if unknown:
         k = sorted(unknown)[0]
@@ -332,7 +342,7 @@ def load_chip(path: str | Path) -> Chip:
         cube=CubeUnit(cu["startup_cycles"], MappingProxyType(fractals), MappingProxyType(acc)),
         vector=VectorUnit(ve["repeat_bytes"], ve["max_repeats"], MappingProxyType(instructions)),
         sources=MappingProxyType(r.sources),
-        path=str(path),
+        path=path,
         energy=energy,
     )
 

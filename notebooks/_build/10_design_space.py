@@ -239,16 +239,17 @@ bandwidth runs out. ResNet-18 at batch 8 is split between the Cube and GM (the t
 front takes bandwidth first, while it is cheap, then AI Cores. No chip with the bigger L1 is on
 either front.
 
-**Energy.** When the report gives `energy_mj` (a simulated energy per run), the same call draws
-latency against energy; until then the column is empty and the cell says so.
+**Energy.** `energy_mj` is the simulated energy of one run: pJ per MAC and per byte moved at each
+memory level, plus the card's static power for the run's duration (`pypto_lab.hw.energy`; its
+constants and their sources are in `docs/energy.md`). A variant keeps its preset's energy
+constants, so a faster chip spends less static energy per run, and more bandwidth does not cost
+energy here: read this front as "which resources pay for themselves in energy", not as a power
+budget.
 """)
 
 code("""
-if df.energy_mj.notna().any():
-    ax = ex.plot_pareto(df.dropna(subset=["energy_mj"]), x="energy_mj", y="latency_us", by="model")
-    ax.set_title("latency against energy per run")
-else:
-    print("this version's Report has no energy_mj yet: the energy column is empty (None)")
+ax = ex.plot_pareto(df.dropna(subset=["energy_mj"]), x="energy_mj", y="latency_us", by="model")
+ax.set_title("latency against energy per run")
 """)
 
 # ---------------------------------------------------------------- cache

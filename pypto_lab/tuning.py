@@ -48,7 +48,7 @@ from .hw.tile_search import Screen, best_screened, screen_space
 from .hw.tiling import CubeTile, TilingError, plan_cube
 from .kernels.cost import cost
 from .kernels.ir import CubeKernel
-from .optimize import LAST_OPTIMIZED, recost
+from .optimize import LAST_OPTIMIZED, OptimizedModel, recost
 
 LEVELS = {"fast": (4, 3), "normal": (16, 6), "exhaustive": (None, 24)}  # (simulations, patience)
 CONFIG_KEYS = ("level", "num_trials", "early_stop", "seed", "progress", "patience")
@@ -213,7 +213,8 @@ def auto_tune(optimized, tune_config: dict | None = None, cache_path: str | os.P
     """Search the tilings of every Cube kernel of ``optimized`` (an `OptimizedModel`), apply the
     ones the simulator says are faster, recompute its report; returns a `TuneResult`."""
     cfg = _config(tune_config)
-    if isinstance(optimized, torch.nn.Module):  # the seed's auto_tune(model, ...): its latest optimize()
+    # the seed's auto_tune(model, ...): its latest optimize() (an OptimizedModel is itself a Module)
+    if isinstance(optimized, torch.nn.Module) and not isinstance(optimized, OptimizedModel):
         latest = LAST_OPTIMIZED.get(optimized)
         if latest is None or latest.graph is None:
             raise TuneError(f"auto_tune got the {type(optimized).__name__} itself, and it has not been optimised "

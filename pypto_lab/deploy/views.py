@@ -22,14 +22,17 @@ def plot_timeline(result: PipelineResult, max_requests: int = 16) -> Figure:
     lanes = result.resources
     ops = [o for o in result.ops if o.request < max_requests]
     t0 = min(o.start_us for o in result.ops)
+    span = max(o.end_us for o in ops) - t0
     for o in ops:
         y = len(lanes) - 1 - lanes.index(o.resource)
-        ax.barh(y, o.time_us / 1e3, left=(o.start_us - t0) / 1e3, height=0.7, color=STAGE_COLORS[o.stage],
-                edgecolor="white", linewidth=0.5)
+        width = max(o.time_us, 0.003 * span)  # a copy of a few bytes stays visible
+        ax.barh(y, width / 1e3, left=(o.start_us - t0) / 1e3, height=0.7, color=STAGE_COLORS[o.stage],
+                edgecolor="white", linewidth=0.3)
         if result.streams > 1 and o.time_us / 1e3 > 0.04 * max((p.end_us - t0) / 1e3 for p in ops):
             ax.text((o.start_us - t0 + o.time_us / 2) / 1e3, y, f"s{o.stream}", ha="center", va="center",
                     fontsize=7, color="white")
     ax.set_yticks(range(len(lanes)), list(reversed(lanes)))
+    ax.set_ylim(-0.5, len(lanes) + 0.4)  # room for the legend above the top lane
     ax.set_xlabel("time (ms)")
     ax.set_title(f"{result.model}, batch {result.batch}, {result.streams} stream(s), {result.mode}: "
                  f"{result.throughput_per_s:,.0f} samples/s, latency {result.latency_ms:.2f} ms", fontsize=9)

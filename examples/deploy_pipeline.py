@@ -18,7 +18,7 @@ import torch
 import torchvision
 
 import pypto_lab
-from pypto_lab.deploy import pipeline, sweep
+from pypto_lab.deploy import pipeline, plot_throughput_latency, sweep
 
 
 def main() -> None:
@@ -38,7 +38,7 @@ def main() -> None:
         print(f"offered 18,000 samples/s at batch 32, {mode} {streams} stream(s): "
               f"{r.throughput_per_s:,.0f} samples/s, latency mean {r.latency_ms:.2f} ms, p99 {r.latency_p99_ms:.2f} ms")
     if args.png:
-        s.plot().savefig(args.png, dpi=120)
+        plot_throughput_latency(s).savefig(args.png, dpi=120)
 
 
 if __name__ == "__main__":

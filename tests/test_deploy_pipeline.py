@@ -144,6 +144,7 @@ def test_accepts_optimized_model_module_and_report_objects(tiny):
     wrapped = SimpleNamespace(report=tiny.report)  # only .report(): its batch, sizes given
     c = pipeline(wrapped, batch=2, input_bytes=3 * 32 * 32 * 4, output_bytes=40, preprocess_ms=0.0)
     assert c.costs == a.costs
+    assert pipeline(tiny, preprocess_ms=0.0).batch == 2  # batch=None: the model's own
 
 
 def test_copies_reuse_the_data_loader_model():

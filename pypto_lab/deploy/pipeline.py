@@ -125,7 +125,7 @@ class ModelSource:
                     f"OptimizedModel or an object wrapping one")
             self.reports[int(report.batch)] = report
             self.chip = report.chip
-            self.level, self.precision = report.level, report.precision
+            self.level, self.precision = getattr(report, "level", level), getattr(report, "precision", precision)
             graph = getattr(model_or_om, "graph", None)
             module = getattr(model_or_om, "model", None)
             if isinstance(module, torch.nn.Module) and graph is not None:
@@ -165,6 +165,14 @@ class ModelSource:
                 outs.append(info)
         shape = tuple(ins[0].shape) if ins else None
         return (sum(i.nbytes for i in ins) / batch, sum(o.nbytes for o in outs) / batch, shape)
+
+    @property
+    def default_batch(self) -> int:
+        """The batch the model was given at: its report's, or the example inputs' leading size."""
+        if self.reports:
+            return min(self.reports)
+        first = self.example[0] if self.example else None
+        return int(first.shape[0]) if isinstance(first, torch.Tensor) and first.dim() else 1
 
     @property
     def can_rebatch(self) -> bool:
@@ -523,7 +531,9 @@ def _costs(source: ModelSource, batch: int, settings: dict[str, Any], notes: lis
         pre = settings["preprocess_ms"]
         notes.append(f"pre-processing: {pre:.3f} ms per sample as given")
     elif settings["preprocess"] is not None:
-        pre = measure_callable_ms(settings["preprocess"], settings["sample"])
+        if settings.get("measured_ms") is None:  # timed once per pipeline / sweep
+            settings["measured_ms"] = measure_callable_ms(settings["preprocess"], settings["sample"])
+        pre = settings["measured_ms"]
         notes.append(f"pre-processing: {pre:.3f} ms per sample, the median of preprocess(sample) on this machine")
     else:
         shape = source.input_shape
@@ -569,7 +579,7 @@ def _run(source: ModelSource, batch: int, streams: int, mode: str, settings: dic
     ops = _simulate(costs, streams, requests, mode, host_threads, arrival)
     if source.optimize_s.get(batch):
         notes.append(f"optimised at batch {batch} for this run in {source.optimize_s[batch]:.1f} s (cached)")
-    return PipelineResult(report.model, report.chip.name, batch, streams, mode, requests, host_threads, costs, ops,
+    return PipelineResult(getattr(report, "model", "model"), report.chip.name, batch, streams, mode, requests, host_threads, costs, ops,
                           arrival, rate, notes, source, settings)
 
 
@@ -590,7 +600,7 @@ def _settings(preprocess, preprocess_ms, sample, pinned, requests, host_threads,
             "requests": requests, "host_threads": host_threads, "rate_per_s": rate_per_s}
 
 
-def pipeline(model_or_om, batch: int = 1, streams: int = 2, *, mode: str = "async", example_inputs=None,
+def pipeline(model_or_om, batch: int | None = None, streams: int = 2, *, mode: str = "async", example_inputs=None,
              chip=None, level: int | None = None, precision: str | None = None,
              preprocess: Callable[[Any], Any] | None = None, preprocess_ms: float | None = None, sample: Any = None,
              pinned: bool = True, requests: int | None = None, host_threads: int | None = None,
@@ -602,7 +612,7 @@ def pipeline(model_or_om, batch: int = 1, streams: int = 2, *, mode: str = "asyn
     ``model_or_om``: an `OptimizedModel`, any object whose ``.report()`` returns a `Report` (an OM
     loaded later), or an ``nn.Module`` with ``example_inputs`` (optimised with ``chip``, ``level``
     and ``precision``; defaults Ascend910B1, 3, fp16). A batch size other than the model's is
-    optimised again (cached). ``mode="sync"`` is the blocking one-stream program. Pre-processing:
+    optimised again (cached); ``batch=None`` takes the model's own. ``mode="sync"`` is the blocking one-stream program. Pre-processing:
     ``preprocess_ms`` per sample, or ``preprocess(sample)`` timed here, or by default the measured
     decode and resize of a shipped image. ``requests`` defaults to max(32, 8 x streams); ``rate_per_s``
     (samples/s) makes the load open-loop; ``input_bytes`` / ``output_bytes`` (per sample) override
@@ -610,7 +620,7 @@ def pipeline(model_or_om, batch: int = 1, streams: int = 2, *, mode: str = "asyn
     source = model_or_om if isinstance(model_or_om, ModelSource) else ModelSource(
         model_or_om, example_inputs, chip, level, precision, input_bytes, output_bytes)
     settings = _settings(preprocess, preprocess_ms, sample, pinned, requests, host_threads, rate_per_s)
-    return _run(source, batch, streams, mode, settings)
+    return _run(source, source.default_batch if batch is None else batch, streams, mode, settings)
 
 
 # ---- sweeps -------------------------------------------------------------------------------------
@@ -622,7 +632,7 @@ SWEEP_COLUMNS = ("batch", "streams", "mode", "throughput_per_s", "latency_ms", "
 @dataclass
 class Sweep:
     """Rows of a sweep (one dict per batch size x stream count, plus a sync row per batch size);
-    ``results`` the `PipelineResult` of each row."""
+    ``results`` the `PipelineResult` of each row; `pypto_lab.deploy.plot_throughput_latency` draws it."""
 
     model: str
     chip: str
@@ -657,11 +667,6 @@ class Sweep:
 
     def _repr_pretty_(self, p, cycle) -> None:
         p.text(self.table())
-
-    def plot(self):
-        from .views import plot_throughput_latency
-
-        return plot_throughput_latency(self)
 
 
 def _sweep(source: ModelSource, batches, streams, sync: bool, settings: dict[str, Any]) -> Sweep:

@@ -3,7 +3,7 @@
 The chip model lives in `pypto_lab.hw`; the functions below are the public entry points.
 """
 
-from . import amp, debug, nn, profiler, quantization, tuning
+from . import amp, debug, deploy, nn, profiler, quantization, tuning
 from .capture import CaptureError, Graph, capture
 from .custom_ops import CustomOpError, custom_op
 from .deploy.om import OMError, OMModel, load_om
@@ -25,7 +25,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CaptureError", "Graph", "capture", "simulate_attention",
-    "OptimizedModel", "amp", "debug", "nn", "profiler", "quantization", "tuning", "Comparison", "CompareError",
+    "OptimizedModel", "amp", "debug", "deploy", "nn", "profiler", "quantization", "tuning", "Comparison", "CompareError",
     "compare_tensors", "CustomOpError", "custom_op", "disable_memory_pool", "enable_memory_pool",
     "get_memory_allocator", "set_memory_allocator",
     "ChipConfigError", "CubeTile", "KernelReport", "OptimizeError", "TilingError", "VecTile", "get_chip",

@@ -48,6 +48,7 @@ __all__ = [
     "LoaderProfile",
     "host_memcpy_gbps",
     "batch_bytes",
+    "link_copy_ms",
     "image_folder",
     "text_set",
     "text_dataset",
@@ -78,6 +79,17 @@ def host_memcpy_gbps(remeasure: bool = False) -> float:
             times.append(time.perf_counter() - t0)
         _memcpy_gbps = _MEMCPY_BYTES / float(np.median(times)) / 1e9
     return _memcpy_gbps
+
+
+def link_copy_ms(chip: Chip, nbytes: int, pinned: bool = True) -> float:
+    """Modelled time (ms) of one copy of `nbytes` over ``chip``'s host link, in either direction
+    (``host_link_gbps`` is per direction): ``bytes / host_link_gbps``, plus, for pageable host
+    memory (``pinned=False``), one host memcpy through the driver's pinned bounce buffer at the
+    measured `host_memcpy_gbps`. Bandwidth only: no fixed per-copy latency (see the module notes)."""
+    seconds = nbytes / (chip.host_link_gbps * 1e9)
+    if not pinned:
+        seconds += nbytes / (host_memcpy_gbps() * 1e9)
+    return seconds * 1e3
 
 
 def batch_bytes(batch: Any) -> int:
@@ -302,11 +314,7 @@ class NPUDataLoader:
         """Modelled host-to-device copy time (ms) of `nbytes` over this chip's host link; pageable
         memory (``pinned=False``) adds one host memcpy into the pinned bounce buffer. `pinned`
         defaults to this loader's ``pin_memory``."""
-        pinned = self.pin_memory if pinned is None else pinned
-        seconds = nbytes / (self.chip.host_link_gbps * 1e9)
-        if not pinned:
-            seconds += nbytes / (host_memcpy_gbps() * 1e9)
-        return seconds * 1e3
+        return link_copy_ms(self.chip, nbytes, self.pin_memory if pinned is None else pinned)
 
     def profile(self, batches: int = 20) -> LoaderProfile:
         """Iterate up to `batches` batches and summarise the host wait and the modelled copy."""

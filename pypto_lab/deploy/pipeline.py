@@ -97,7 +97,8 @@ class ModelSource:
         self.reports: dict[int, Any] = {}
         self.optimize_s: dict[int, float] = {}
         graph = None
-        if isinstance(model_or_om, torch.nn.Module):
+        # an OptimizedModel is itself an nn.Module, but it carries its report: it goes the report way
+        if isinstance(model_or_om, torch.nn.Module) and not callable(getattr(model_or_om, "report", None)):
             if example_inputs is None:
                 raise PipelineError(
                     f"an nn.Module needs example inputs to be optimised; got {type(model_or_om).__name__} with "

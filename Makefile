@@ -50,8 +50,11 @@ LAB_ARGS ?=
 lab: install
 	cd notebooks && ../$(BIN)/jupyter lab --notebook-dir=. $$( [ "$$(id -u)" = 0 ] && echo --allow-root ) $(LAB_ARGS) 00_quickstart.ipynb
 
+# two pytest workers (pytest-xdist); --dist loadfile keeps each file, and so each notebook's cells,
+# in order on one worker. TEST_WORKERS=0 runs in this process (e.g. for pdb).
+TEST_WORKERS ?= 2
 test: install-dev browser
-	$(BIN)/python -m pytest -q tests --nbval-lax --nbval-sanitize-with notebooks/nbval_sanitize.cfg notebooks
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests --nbval-lax --nbval-sanitize-with notebooks/nbval_sanitize.cfg notebooks
 
 lint: install-dev
 	$(BIN)/ruff check pypto_lab tests benchmarks

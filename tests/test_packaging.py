@@ -73,3 +73,12 @@ def test_browser_test_set_up():
     assert "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1" in makefile and "apt-get install -y -qq chromium" in makefile
     assert re.search(r"^test: .*\bbrowser\b", makefile, re.M)
     assert "out/" in (ROOT / ".gitignore").read_text().split()
+
+
+def test_make_test_keeps_each_notebook_on_one_worker():
+    """Two pytest-xdist workers: nbval's cells of one notebook share a kernel, so a notebook (a
+    file) must never be split between workers; --dist loadfile guarantees that."""
+    dev = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+    assert "pytest-xdist" in _names(dev)
+    recipe = re.search(r"^test: .*\n\t(.*)$", (ROOT / "Makefile").read_text(), re.M).group(1)
+    assert "-n $(TEST_WORKERS)" in recipe and "--dist loadfile" in recipe and "notebooks" in recipe

@@ -150,3 +150,18 @@ def test_bad_arguments():
         simulate_attention(8, 256, 256, 64, dtype="int8")
     with pytest.raises(TilingError, match="no bf16 fractal"):
         simulate_attention(8, 256, 256, 64, dtype="bf16", chip="Ascend910A")
+
+
+def test_four_vector_cores_per_cube_core_share_the_softmax():
+    """A chip derived with fewer Cube cores keeps all its vector cores (12 AIC : 48 AIV): each
+    Cube core's P = softmax(S) then arrives in L1 from four vector cores, not two."""
+    from pypto_lab.explore import variant_chip
+
+    base = get_chip("Ascend910B1")
+    four = variant_chip("Ascend910B1", cube_cores=12)
+    assert four.vector_cores == base.vector_cores == 4 * four.cube_cores
+    r4 = simulate_attention(12, 128, 128, 64, chip=four)
+    r2 = simulate_attention(12, 128, 128, 64, chip=variant_chip("Ascend910B1", ai_cores=12))
+    assert r4.time_us > 0 and r2.time_us > 0
+    # the same Cube work, its softmax shared by twice the vector cores: never slower
+    assert r4.time_us <= r2.time_us

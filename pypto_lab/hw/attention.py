@@ -364,7 +364,10 @@ def _attention_core_program(chip: Chip, blocks: tuple[int, ...], s_k: int, d: in
             loads = tuple(move(prog, 0, p_gm_l1, r * bk * eb, "load P GM->L1", _flat(st, p_free), rate_wr)
                           for r, st in step["p_stores"])
             ws_sp.release(step["ws"], loads)
-            p_ready = loads
+            # the loads run in order on one MTE2 pipe, so the last one ending means P is whole in
+            # L1, however many vector cores wrote a share of it (two per AIC on the presets; four
+            # on a chip derived with fewer Cube cores)
+            p_ready = loads[-1]
         else:
             p_slot, p_ready = step["p_slot"], step["p_ready"]
         o_slot, o_free = l0c_o.acquire()

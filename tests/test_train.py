@@ -246,11 +246,97 @@ def test_flash_attention_keeps_the_scores_off_hbm_and_fuses_the_attention():
                                    num_attention_heads=4, num_key_value_heads=4, vocab_size=1000)
     ids = torch.randint(0, 1000, (2, 512))
     batch = {"input_ids": ids, "labels": ids}
-    plain = simulate_step(cfg, batch, flash_attention=False)
-    flash = simulate_step(cfg, batch, flash_attention=True)
+    plain = simulate_step(cfg, batch, flash_attention=False, fuse_vector=False)
+    flash = simulate_step(cfg, batch, flash_attention=True, fuse_vector=False)
     fused = [k for k in flash.kernels if k.spec.__class__.__name__ == "AttentionKernel"]
     assert len([k for k in fused if k.phase == "forward"]) == 2                 # one per layer
     assert len([k for k in fused if k.phase == "backward"]) == 2 * 4            # four gradient GEMMs each
     assert not any(k.spec.op == "SoftmaxV2" for k in flash.kernels if hasattr(k.spec, "op"))
     assert flash.memory["activations"] < plain.memory["activations"]
     assert flash.step_ms < plain.step_ms
+
+
+def _llama_batch(seq=128):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(hidden_size=256, intermediate_size=688, num_hidden_layers=2,
+                                   num_attention_heads=8, num_key_value_heads=8, vocab_size=1000)
+    ids = torch.randint(0, 1000, (2, seq))
+    return cfg, {"input_ids": ids, "labels": ids}
+
+
+def test_vector_fusion_runs_an_rmsnorm_as_one_kernel_and_writes_what_the_backward_reads():
+    cfg, batch = _llama_batch()
+    eager = simulate_step(cfg, batch, fuse_vector=False)
+    fused = simulate_step(cfg, batch)   # a config-built causal LM trains fused, as MindSpeed does
+    assert fused.fuse_vector and not eager.fuse_vector and fused.to_dict()["fuse_vector"]
+    vec = lambda r, phase: [k for k in r.kernels if k.phase == phase and type(k.spec).__name__ == "VectorKernel"]  # noqa: E731
+    for phase in ("forward", "backward"):
+        assert len(vec(fused, phase)) < len(vec(eager, phase)) / 2
+        assert sum(k.time_us for k in vec(fused, phase)) < sum(k.time_us for k in vec(eager, phase))
+    # RMSNorm's pow, mean, add eps, rsqrt and the two multiplies: one forward kernel
+    norms = [k.spec for k in vec(fused, "forward") if {"ReduceMean", "Rsqrt"} <= set(k.spec.op.split("+"))]
+    assert norms and all(s.row_len == 256 for s in norms)
+    # the backward reads the norm's rsqrt and normalised input: the fused kernel writes them too, so
+    # it moves more than one read and one write
+    assert all(s.inputs >= 2 for s in norms)
+    # matmuls and attention are untouched
+    cube = lambda r: [(k.phase, k.spec) for k in r.kernels if type(k.spec).__name__ != "VectorKernel"]  # noqa: E731
+    assert cube(fused) == cube(eager)
+    assert any("Vector fusion" in n for n in fused.notes)
+
+
+def test_mc2_hides_tensor_parallel_collectives_under_their_matmuls():
+    cfg, batch = _llama_batch()
+    plain = simulate_step(cfg, batch, cards=4, tp=4, sequence_parallel=True)
+    mc2 = simulate_step(cfg, batch, cards=4, tp=4, sequence_parallel=True, mc2=True)
+    assert 0 < mc2.tp_comm_ms < plain.tp_comm_ms
+    # every collective still costs at least its own time over tp chunks beyond its matmul
+    assert mc2.tp_comm_ms >= plain.tp_comm_ms / 4 - 1e-9
+    # only the collectives change
+    assert mc2.step_ms == pytest.approx(plain.step_ms - (plain.tp_comm_ms - mc2.tp_comm_ms))
+    with pytest.raises(TrainConfigError, match="mc2 = True: MC2 fuses tensor-parallel collectives"):
+        simulate_step(cfg, batch, cards=4, tp=1, mc2=True)
+
+
+def test_fused_chains_keep_every_kernel_after_the_kernels_it_reads():
+    """Fusion may hold a chain open past a matmul it does not feed, never past a reader."""
+    from pypto_lab.train import capture_step, policy_of
+    from pypto_lab.train.fusion import consumers_of, fuse_vector_chains
+    from pypto_lab.train.kernels import kernels_of
+
+    class Block(nn.Module):
+        def __init__(self, d=64):
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(d))
+            self.gate, self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w   # RMSNorm
+            return x + self.down(F.silu(self.gate(h)) * self.up(h))                  # SwiGLU + residual
+
+    model = nn.Sequential(Block(), Block(), nn.Linear(64, 10))
+    step = capture_step(model, (torch.randn(32, 64), torch.randint(0, 10, (32,))), F.cross_entropy)
+    policy = policy_of("fp16", None)
+    consumers = consumers_of(step.gm.graph.nodes, step.base)
+    for nodes in (step.forward, step.backward):
+        items = [(n, kernels_of(n, policy)[0], False) for n in nodes]
+        units = fuse_vector_chains(items, consumers, step.base)
+        assert sorted(n.name for u in units for n in u[0]) == sorted(n.name for n in nodes)   # nothing lost
+        done: set = set()
+        for covered, _ in units:
+            for n in covered:
+                for a in n.all_input_nodes:
+                    a = step.base.get(a, a)
+                    assert a not in nodes or a in done or a in covered, f"{n.name} runs before {a.name}"
+            done |= set(covered)
+    fused = [u for u in fuse_vector_chains([(n, kernels_of(n, policy)[0], False) for n in step.forward],
+                                           consumers, step.base) if len(u[0]) > 1]
+    assert any("Swish" in s.op and "Mul" in s.op for _, specs in fused for s in specs)   # SwiGLU is one kernel
+
+
+def test_sequence_parallel_splits_the_blocks_backward_vector_work_like_their_forward():
+    cfg, batch = _llama_batch()
+    rep = simulate_step(cfg, batch, cards=4, tp=4, sequence_parallel=True)
+    swiglu = next(k.spec for k in rep.kernels if k.phase == "forward" and k.spec.op == "Swish+Mul")
+    silu_grad = next(k.spec for k in rep.kernels if k.phase == "backward" and "Sub" in k.spec.op.split("+"))
+    assert silu_grad.numel == swiglu.numel == 2 * 128 * 688 // 4

@@ -45,6 +45,7 @@ from ..kernels.ir import AttentionKernel, CubeKernel, KernelSpec, VectorKernel
 from ..llm.engine import default_topology
 from ..llm.memory import HBMCapacityError
 from .capture import StepGraph, block_names, capture_causal_lm, capture_step, forward_blocks, tensor_of
+from .fusion import consumers_of, fuse_vector_chains
 from .kernels import BYTES, Policy, fake_quant_kernels, flat_reduction, kernels_of, policy_of
 
 OPTIMIZERS = {
@@ -115,6 +116,8 @@ class TrainReport:
     tp: int = 1
     tp_comm_ms: float = 0.0         # tensor-parallel all-reduces, on the critical path
     topology: str = ""              # the server topology preset the cards sit in ("" for one card)
+    fuse_vector: bool = False       # chains of Vector kernels run fused (`pypto_lab.train.fusion`)
+    mc2: bool = False               # tensor-parallel collectives fused with their GEMMs (MC2)
     data_wait_ms: float = 0.0       # the NPU idle, waiting for the loader
     loader: Any = None              # the loader's LoaderProfile, when one was given
     kernels: list[StepKernel] = field(default_factory=list, repr=False)
@@ -144,7 +147,7 @@ class TrainReport:
             "optimizer_ms": self.optimizer_ms, "comm_ms": self.comm_ms, "exposed_comm_ms": self.exposed_comm_ms,
             "peak_hbm_bytes": self.peak_hbm_bytes, "hbm_bytes": self.hbm_bytes, "memory": dict(self.memory),
             "largest_batch": self.largest_batch, "tp": self.tp, "tp_comm_ms": self.tp_comm_ms,
-            "topology": self.topology,
+            "topology": self.topology, "fuse_vector": self.fuse_vector, "mc2": self.mc2,
             "data_wait_ms": self.data_wait_ms, "unmapped_ops": dict(self.unmapped_ops), "notes": list(self.notes),
         }
 
@@ -273,7 +276,8 @@ def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", 
                   cards: int | None = None, tp: int = 1, precision: str = "fp16", amp: str | None = None,
                   grad_accum: int = 1, checkpoint: bool = False, bucket_mb: float | None = None,
                   loader=None, flash_attention: bool | None = None,
-                  sequence_parallel: bool = False) -> TrainReport:
+                  sequence_parallel: bool = False, fuse_vector: bool | None = None,
+                  mc2: bool = False) -> TrainReport:
     """Cost one training step of ``model`` on ``example_batch`` (one card's micro-batch).
 
     ``model``: an ``nn.Module``, a ``DistributedDataParallel`` wrapper (its bucket size is used) or a
@@ -289,7 +293,13 @@ def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", 
     config and unfused otherwise (as the traced model runs it). ``sequence_parallel`` (with
     ``tp > 1``): the blocks' LayerNorms, residual adds and dropouts split along the sequence too,
     and each all-reduce becomes a reduce-scatter and an all-gather (Megatron-LM's
-    ``--sequence-parallel``). Returns a `TrainReport`; a step
+    ``--sequence-parallel``). ``fuse_vector``: run each chain of Vector kernels (an RMSNorm's six
+    ops, SwiGLU, a rotary embedding, their gradients) as one kernel, as MindSpeed's fused kernels
+    and graph-mode compilers do (`pypto_lab.train.fusion`); None means fused for a causal LM built
+    from a transformers config (MindSpeed's ``--use-fused-rmsnorm --use-fused-swiglu
+    --use-fused-rotary-pos-emb``) and one kernel per op otherwise (eager torch_npu). ``mc2`` (with
+    ``tp > 1``): each tensor-parallel collective runs fused with the GEMM beside it, chunk by
+    chunk (CANN's MC2 operators, MindSpeed's ``--use-mc2``; see `_Plan.tp_collective_us`). Returns a `TrainReport`; a step
     that does not fit in one card's HBM raises `HBMCapacityError`.
     """
     from .. import distributed
@@ -303,6 +313,8 @@ def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", 
            f"tensor-parallel cards per replica must divide the {cards} cards", f"tp=1 or a divisor of {cards}")
     _check("grad_accum", grad_accum, isinstance(grad_accum, int) and grad_accum >= 1,
            "micro-batches per optimizer step is a positive integer", "grad_accum=1")
+    _check("mc2", mc2, not mc2 or tp > 1, "MC2 fuses tensor-parallel collectives with their matmuls: it needs "
+           "tp > 1", "mc2=False, or tp=8 (with cards a multiple of it)")
     _check("optimizer", optimizer, optimizer in OPTIMIZERS, f"one of {', '.join(OPTIMIZERS)}", "optimizer='adamw'")
     bucket = bucket_mb if bucket_mb is not None else (ddp_bucket if ddp_bucket is not None else 25.0)
     _check("bucket_mb", bucket, isinstance(bucket, (int, float)) and bucket > 0 and math.isfinite(bucket),
@@ -328,6 +340,7 @@ def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", 
                  checkpoint=bool(checkpoint), bucket_mb=float(bucket),
                  flash=bool(causal if flash_attention is None else flash_attention),
                  sequence_parallel=bool(sequence_parallel) and tp > 1,
+                 fuse_vector=bool(causal if fuse_vector is None else fuse_vector), mc2=bool(mc2),
                  vocab=getattr(getattr(module, "config", None), "vocab_size", None) if tp > 1 else None)
     memory, peak, largest, ckpt_saved = plan.memory()
     report = plan.run(memory, peak, largest, ckpt_saved)
@@ -376,8 +389,11 @@ class _Plan:
     flash: bool = False
     sequence_parallel: bool = False
     vocab: int | None = None
+    fuse_vector: bool = False
+    mc2: bool = False
 
     def __post_init__(self):
+        self.consumers = consumers_of(self.step.gm.graph.nodes, self.step.base) if self.fuse_vector else {}
         self.blocks = forward_blocks(self.step) if (self.checkpoint or self.tp > 1) else {}
         self.param_blocks = block_names(list(self.step.params))
         self.act = {"fp32": 4, "fp16": 2, "bf16": 2}[self.policy.act_dtype]
@@ -392,7 +408,9 @@ class _Plan:
         if self.flash and seq and seq > 1:   # the s x s attention scores FlashAttention never writes to GM
             for n in self.step.forward + self.step.backward:
                 v = tensor_of(n)
-                if v is not None and v.dim() >= 3 and v.shape[-1] == v.shape[-2] == seq:
+                # (b x heads) s x s matrices, not a (b, s, hidden) state whose hidden size is s
+                if (v is not None and v.dim() >= 3 and v.shape[-1] == v.shape[-2] == seq
+                        and math.prod(v.shape[:-2]) > self.step.batch):
                     self.scores.add(n)
 
     # ---- FlashAttention ----
@@ -451,12 +469,16 @@ class _Plan:
     def _in_block(self, node) -> bool:
         if node in self.blocks:
             return self.blocks[node] is not None
-        # backward nodes: in a block when they touch a block's tensors (its parameters or saved values)
-        for a in node.all_input_nodes:
-            b = self.step.base.get(a, a)
-            if self.blocks.get(b) or b in self.block_params:
-                return True
-        return False
+        # backward nodes: in a block when they touch a block's tensors (its parameters or saved
+        # values) or a gradient computed from them (SiLU's 1 - sigmoid reads only the recomputed
+        # sigmoid); memoised, the backward visits its nodes in order
+        memo = self.__dict__.setdefault("_backward_in_block", {})
+        hit = memo.get(node)
+        if hit is None:
+            hit = memo[node] = any(
+                self.blocks.get(b) or b in self.block_params or memo.get(b, False)
+                for b in (self.step.base.get(a, a) for a in node.all_input_nodes))
+        return hit
 
     def shard(self, spec: KernelSpec) -> KernelSpec:
         """The part of a kernel one of ``tp`` cards runs: a GEMM's non-token dimension (the heads,
@@ -488,6 +510,20 @@ class _Plan:
             return (collective("reducescatter", nbytes, self.tp, self.topology).time_us
                     + collective("allgather", nbytes / self.tp, self.tp, self.topology).time_us)
         return collective("allreduce", nbytes, self.tp, self.topology).time_us
+
+    def tp_collective_us(self, block_cube_us: float, n_blocks: int) -> float:
+        """The critical-path time of one of a phase's ``2 x n_blocks`` tensor-parallel collectives.
+        Without MC2 the whole collective. With MC2 (CANN's fused MatmulAllReduce / AllGatherMatmul /
+        MatmulReduceScatter, MindSpeed's ``--use-mc2``) the collective and the GEMM beside it run
+        as one kernel that computes the GEMM in ``tp`` chunks and communicates each finished
+        chunk while the next is computed: the pair takes ``max(c, g) + min(c, g) / tp``, so what the
+        collective adds to its GEMM ``g`` (the blocks' GEMM time of the phase shared evenly over
+        its collectives) is that minus ``g``."""
+        c = self.tp_allreduce_us()
+        if not self.mc2 or n_blocks == 0:
+            return c
+        g = block_cube_us / (2 * n_blocks)
+        return max(c, g) + min(c, g) / self.tp - g
 
     # ---- memory ----
     def act_bytes(self, node) -> int:
@@ -555,8 +591,13 @@ class _Plan:
         kernels: list[StepKernel] = []
         t = 0.0
 
+        ready_at: dict[torch.fx.Node, float] = {}
+        fused_count = [0, 0]   # fused Vector kernels, and the ops they cover
+        block_cube_us: dict[str, float] = {}   # the blocks' GEMM time per phase (what MC2 overlaps)
+
         def run(nodes, phase: str) -> None:
             nonlocal t
+            items = []
             for node in nodes:
                 specs, mapped = kernels_of(node, policy)
                 if not mapped:
@@ -564,12 +605,27 @@ class _Plan:
                 fused = self.flash_specs(node, specs, "backward" if phase == "backward" else "forward")
                 if fused is not None:
                     specs = fused
-                if specs and self.sharded(node):
+                sharded = bool(specs) and self.sharded(node)
+                if sharded:
                     specs = [self.shard(s) for s in specs]
+                items.append((node, specs, sharded))
+            units = (fuse_vector_chains(items, self.consumers, step.base, self.tp) if self.fuse_vector
+                     else [([node], specs) for node, specs, _ in items])
+            if self.fuse_vector:
+                chains = [u for u in units if len(u[0]) > 1 and u[1]]
+                fused_count[0] += len(chains)
+                fused_count[1] += sum(len(u[0]) for u in chains)
+            for covered, specs in units:
+                in_block = self.tp > 1 and len(covered) == 1 and self._in_block(covered[0])
                 for spec in specs:
                     dt = _tuned(spec, chip)
-                    kernels.append(StepKernel(f"{getattr(spec, 'op', 'attention')}:{node.name}", phase, spec, dt, t))
+                    if in_block and isinstance(spec, CubeKernel):
+                        block_cube_us[phase] = block_cube_us.get(phase, 0.0) + dt
+                    label = covered[0].name if len(covered) == 1 else f"{covered[0].name}..{covered[-1].name}"
+                    kernels.append(StepKernel(f"{getattr(spec, 'op', 'attention')}:{label}", phase, spec, dt, t))
                     t += dt
+                for node in covered:
+                    ready_at[node] = t
 
         tp_comm_us = 0.0
         run(step.forward, "forward")
@@ -581,10 +637,11 @@ class _Plan:
                 t += dt
         n_blocks = len({b for b in self.blocks.values() if b})
         if self.tp > 1:   # two all-reduces of the hidden state per block: after attention and after the MLP
-            ar = self.tp_allreduce_us()
+            ar = self.tp_collective_us(block_cube_us.get("forward", 0.0), n_blocks)
             for i in range(2 * n_blocks):
-                kernels.append(StepKernel(f"TP allreduce {i}", "forward", VectorKernel(
-                    op="HcomAllReduce", ops=("copy",), numel=1, dtype="fp32", compute_dtype="fp32", inputs=1), ar, t))
+                kernels.append(StepKernel(f"TP allreduce {i}" + (" (MC2, beyond its matmul)" if self.mc2 else ""),
+                                          "forward", VectorKernel(op="HcomAllReduce", ops=("copy",), numel=1,
+                                                                  dtype="fp32", compute_dtype="fp32", inputs=1), ar, t))
                 t += ar
             tp_comm_us += 2 * n_blocks * ar
         forward_us = t
@@ -594,10 +651,7 @@ class _Plan:
             run([n for n in step.forward if self.blocks.get(n)], "recompute")
             recompute_us = t - start
         back_start = t
-        ready_at: dict[torch.fx.Node, float] = {}
-        for node in step.backward:
-            run([node], "backward")
-            ready_at[node] = t
+        run(step.backward, "backward")
         for layer, (_, bwd) in zip(step.fake_quant, qat):
             for spec in bwd:
                 dt = _tuned(spec, chip)
@@ -608,7 +662,7 @@ class _Plan:
                          "(observer min/max, clamp, round and rescale of input and weight; the straight-through "
                          "gradient) is costed on the Vector unit")
         if self.tp > 1:   # and two in the backward, for the column-parallel inputs' gradients
-            ar = self.tp_allreduce_us()
+            ar = self.tp_collective_us(block_cube_us.get("backward", 0.0), n_blocks)
             t += 2 * n_blocks * ar
             tp_comm_us += 2 * n_blocks * ar
         backward_end = t
@@ -676,6 +730,9 @@ class _Plan:
         micro_us = forward_us + backward_us
         step_us = self.grad_accum * micro_us + exposed_us + opt_us
 
+        if self.fuse_vector:
+            notes.append(f"Vector fusion: {fused_count[1]} element-wise and row ops run as {fused_count[0]} fused "
+                         "kernels (RMSNorm, SwiGLU, rotary embedding and the like, forward and backward)")
         if self.scores:
             notes.append("attention runs as fused FlashAttention kernels (the s x s scores stay on chip; the "
                          "backward recomputes them)")
@@ -688,7 +745,7 @@ class _Plan:
                          f"{' with sequence parallelism' if self.sequence_parallel else ''}: {n_blocks} blocks split "
                          "Megatron style, "
                          f"{4 * n_blocks} all-reduces of the hidden state ({tp_comm_us / 1e3:.2f} ms on the critical "
-                         "path)")
+                         "path" + (", the rest hidden under their matmuls by MC2" if self.mc2 else "") + ")")
         if unmapped:
             notes.append("ops with no NPU kernel mapping, costed as a copy of their output: "
                          + ", ".join(f"{k} x{v}" for k, v in sorted(unmapped.items())))
@@ -703,5 +760,6 @@ class _Plan:
             exposed_comm_ms=exposed_us / 1e3, step_ms=step_us / 1e3, tokens_per_sample=step.tokens,
             peak_hbm_bytes=peak, hbm_bytes=int(chip.hbm_bytes), memory=memory, largest_batch=largest,
             tp=self.tp, tp_comm_ms=tp_comm_us / 1e3, topology=self.topology.name if self.topology else "",
+            fuse_vector=self.fuse_vector, mc2=self.mc2,
             kernels=kernels, buckets=buckets, unmapped_ops=unmapped,
             notes=notes)

@@ -340,3 +340,27 @@ def test_sequence_parallel_splits_the_blocks_backward_vector_work_like_their_for
     swiglu = next(k.spec for k in rep.kernels if k.phase == "forward" and k.spec.op == "Swish+Mul")
     silu_grad = next(k.spec for k in rep.kernels if k.phase == "backward" and "Sub" in k.spec.op.split("+"))
     assert silu_grad.numel == swiglu.numel == 2 * 128 * 688 // 4
+
+
+def test_tied_embeddings_train_and_count_once():
+    """BERT pre-training ties the decoder to the word embeddings (and its bias to predictions.bias):
+    AOT autograd refuses tied names on its own (pytorch#101192); the step traces, every use's
+    gradient is computed, and the weights count once."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.BertConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=256)
+    model = transformers.BertForPreTraining(cfg)
+    ids = torch.randint(0, cfg.vocab_size, (2, 16))
+    rep = simulate_step(model, {"input_ids": ids, "labels": ids, "next_sentence_label": torch.zeros(2, dtype=torch.long)},
+                        precision="fp32")
+    unique = sum(p.numel() for p in model.parameters())          # named_parameters drops the tied duplicates
+    assert rep.memory["weights"] == unique * 4
+    assert any("tied parameters counted once" in n for n in rep.notes)
+    # the model the user holds is still tied and trainable
+    assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
+    assert all(p.requires_grad for p in model.parameters())
+    # the output projection's two gradient GEMMs (its input's and its tied weight's) are in the graph,
+    # and the embedding's scatter-add of the same tied weight
+    vocab_grads = [k for k in rep.kernels if k.phase == "backward" and type(k.spec).__name__ == "CubeKernel"
+                   and cfg.vocab_size in (k.spec.m, k.spec.k, k.spec.n)]
+    assert len(vocab_grads) == 2
+    assert any(k.spec.op == "UnsortedSegmentSum" for k in rep.kernels if k.phase == "backward")

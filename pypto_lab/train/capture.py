@@ -142,6 +142,69 @@ class FakeQuantLayer:
 
 
 @contextlib.contextmanager
+def _untied(model: nn.Module):
+    """Tied parameters (BERT's and GPT-2's input embedding and output projection: one Parameter
+    under two names) registered apart for the trace: AOT autograd passes each name as its own
+    input and refuses the one the forward never reads ("Found a parameter that did not receive a
+    gradient", pytorch#101192). The second name gets a Parameter on the same storage, so the joint
+    graph computes both uses' gradients, as the real backward does before summing them. Yields the
+    list of (second name, first name); the model is restored afterwards."""
+    first: dict[int, str] = {}
+    undo: list[tuple[nn.Module, str, nn.Parameter]] = []
+    aliases: list[tuple[str, str]] = []
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) not in first:
+            first[id(p)] = name
+            continue
+        owner, _, attr = name.rpartition(".")
+        mod = model.get_submodule(owner)
+        undo.append((mod, attr, p))
+        mod._parameters[attr] = nn.Parameter(p.detach(), requires_grad=p.requires_grad)
+        aliases.append((name, first[id(p)]))
+    try:
+        yield aliases
+    finally:
+        for mod, attr, p in undo:
+            mod._parameters[attr] = p
+
+
+@contextlib.contextmanager
+def _frozen_unread(wrapped: nn.Module, args, aliases: list[tuple[str, str]]):
+    """With tied parameters registered apart, the forward may read only one of the names (BERT's
+    decoder reads ``decoder.bias``, never ``predictions.bias``): a forward-only trace finds the
+    names nothing reads, and they are frozen for the joint trace (restored afterwards)."""
+    from torch._functorch.aot_autograd import aot_export_module
+
+    frozen: list[nn.Parameter] = []
+    if aliases:
+        gm, sig = aot_export_module(wrapped, args, trace_joint=False)
+        named = dict(wrapped.named_parameters(remove_duplicate=False))
+        for node in gm.graph.nodes:
+            name = sig.inputs_to_parameters.get(node.name) if node.op == "placeholder" else None
+            if name is not None and not node.users and named[name].requires_grad:
+                named[name].requires_grad_(False)
+                frozen.append(named[name])
+    try:
+        yield
+    finally:
+        for p in frozen:
+            p.requires_grad_(True)
+
+
+def _drop_aliases(step: StepGraph, aliases: list[tuple[str, str]], notes: list[str]) -> StepGraph:
+    """One parameter per tied group in the step's parameters and gradients (the weights, their
+    gradient buffer and optimizer state exist once); the second use's gradient stays in the graph."""
+    for second, kept in aliases:
+        step.params.pop(second, None)
+        grad = step.grads.pop(second, None)
+        if kept not in step.grads and grad is not None:   # only the second name was read
+            step.grads[kept] = grad
+    if aliases:
+        notes.append("tied parameters counted once: " + ", ".join(f"{a} = {b}" for a, b in aliases))
+    return step
+
+
+@contextlib.contextmanager
 def _without_fake_quant(model: nn.Module):
     """Swap every fake-quantising `ObservedModule` for its float layer while the step is traced
     (their observers branch on Python state the tracer cannot follow) and record the shapes the
@@ -208,8 +271,10 @@ def capture_step(model: nn.Module, example_batch, loss_fn=None) -> StepGraph:
     if use_cache:   # a training step keeps no KV cache (transformers would build one on the side)
         config.use_cache = False
     try:
-        with _without_fake_quant(model) as fake_quant:
-            gm, sig = aot_export_module(wrapped, _fake(args), trace_joint=True, output_loss_index=0)
+        with _without_fake_quant(model) as fake_quant, _untied(wrapped) as aliases:
+            fake_args = _fake(args)
+            with _frozen_unread(wrapped, fake_args, aliases):
+                gm, sig = aot_export_module(wrapped, fake_args, trace_joint=True, output_loss_index=0)
     except Exception as e:   # noqa: BLE001  (report what the tracer refused, with the rule)
         meta = any(p.is_meta for p in model.parameters())
         raise TrainCaptureError(f"AOT autograd could not trace the training step: {type(e).__name__}: "
@@ -224,7 +289,7 @@ def capture_step(model: nn.Module, example_batch, loss_fn=None) -> StepGraph:
         if use_cache:
             config.use_cache = use_cache
 
-    step = _step_graph(gm, sig, notes)
+    step = _drop_aliases(_step_graph(gm, sig, notes), aliases, notes)
     step.fake_quant = list({f.name: f for f in fake_quant}.values())
     return step
 
@@ -307,7 +372,10 @@ def capture_causal_lm(model: nn.Module, example_batch) -> StepGraph:
         config.use_cache = False
     model.train()
     try:
-        gm, sig = aot_export_module(_CausalLMLoss(model), args, trace_joint=True, output_loss_index=0)
+        loss_module = _CausalLMLoss(model)
+        with _untied(loss_module) as aliases:
+            with _frozen_unread(loss_module, args, aliases):
+                gm, sig = aot_export_module(loss_module, args, trace_joint=True, output_loss_index=0)
     except Exception as e:   # noqa: BLE001
         raise TrainCaptureError(f"AOT autograd could not trace the causal LM's training step: {type(e).__name__}: "
                                 f"{str(e).splitlines()[0][:300]}. Fix: check the config builds with "
@@ -315,7 +383,8 @@ def capture_causal_lm(model: nn.Module, example_batch) -> StepGraph:
     finally:
         if use_cache:
             config.use_cache = use_cache
-    return _step_graph(gm, sig, [])
+    notes: list[str] = []
+    return _drop_aliases(_step_graph(gm, sig, notes), aliases, notes)
 
 
 def block_names(params: list[str]) -> dict[str, str | None]:

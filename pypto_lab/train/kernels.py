@@ -135,7 +135,10 @@ def _vec(op: str, ops: tuple[str, ...], numel: int, policy: Policy, inputs: int 
          compute: str | None = None) -> VectorKernel:
     dt = policy.act_dtype
     row_len = _split_row(row_len)
-    return VectorKernel(op=op, ops=ops, numel=max(1, numel), dtype=dt, compute_dtype=compute or dt,
+    numel = max(1, numel)
+    if row_len and numel % row_len:   # segments of a row with no divisor near MAX_ROW (BERT's 30,522-word
+        numel = -(-numel // row_len) * row_len   # vocabulary): the last one padded
+    return VectorKernel(op=op, ops=ops, numel=numel, dtype=dt, compute_dtype=compute or dt,
                         inputs=inputs, row_len=row_len)
 
 

@@ -11,9 +11,10 @@ kernel joins the open chain when it reads a tensor the chain produced or reads (
 embedding's ``x * cos`` and ``rotate_half(x) * sin`` both read ``x``) and works on the same rows
 (one size divides the other: a row reduction such as RMSNorm's mean, or a per-row scale
 broadcast back). Another Vector node starts a new chain. A kernel that only makes a constant
-(``Fill``) is no kernel under fusion: the fused kernel broadcasts the scalar in UB. A node that is not a Vector kernel (a matmul, attention) and does not read the open chain
-runs before it, and the chain stays open; one that reads the chain closes it first, so every
-kernel still runs after the kernels it reads.
+(``Fill``) is no kernel under fusion: the fused kernel broadcasts the scalar in UB. A node that
+is not a Vector kernel (a matmul, attention) and does not read the open chain runs before it,
+and the chain stays open; one that reads the chain closes it first, so every kernel still runs
+after the kernels it reads.
 
 The fused kernel streams in every tensor the chain reads from outside it, keeps the intermediates
 in the Unified Buffer, and writes back each member's result that something outside the chain

@@ -399,6 +399,7 @@ class _Plan:
         self.act = {"fp32": 4, "fp16": 2, "bf16": 2}[self.policy.act_dtype]
         self.tokens = self.step.batch * (self.step.tokens or 1)
         self.block_params = {n for p, n in self.step.params.items() if self.param_blocks.get(p)}
+        self.backward_in_block: dict[torch.fx.Node, bool] = {}   # `_in_block`'s memo for backward nodes
         # parameters split over the tensor-parallel group: the blocks', and the vocabulary-sized
         # embedding and LM head (Megatron's VocabParallelEmbedding and parallel output layer)
         self.split_params = {p for p, n in self.step.params.items() if self.param_blocks.get(p) or (
@@ -472,7 +473,7 @@ class _Plan:
         # backward nodes: in a block when they touch a block's tensors (its parameters or saved
         # values) or a gradient computed from them (SiLU's 1 - sigmoid reads only the recomputed
         # sigmoid); memoised, the backward visits its nodes in order
-        memo = self.__dict__.setdefault("_backward_in_block", {})
+        memo = self.backward_in_block
         hit = memo.get(node)
         if hit is None:
             hit = memo[node] = any(

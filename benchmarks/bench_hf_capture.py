@@ -31,10 +31,10 @@ import time
 
 import torch
 
+from pypto_lab import optimize
 from pypto_lab.capture import capture, export
 from pypto_lab.kernels.cost import clear_memo
 from pypto_lab.llm import hf
-from pypto_lab.optimize import optimize
 
 TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 2048}

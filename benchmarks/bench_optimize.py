@@ -18,10 +18,10 @@ import time
 import torch
 import torch.nn as nn
 
+from pypto_lab import optimize
 from pypto_lab.capture import capture
-from pypto_lab.capture.zoo import bert_base, resnet50
 from pypto_lab.kernels.cost import clear_memo
-from pypto_lab.optimize import optimize
+from pypto_lab.models.zoo import bert_base, resnet50
 
 
 def timed(fn, repeats: int) -> float:

@@ -105,10 +105,10 @@ def timed_call(label: str, fn, repeats: int) -> None:
 
 
 def resnet50_optimize(repeats: int) -> None:
+    from pypto_lab import optimize
     from pypto_lab.capture import capture
-    from pypto_lab.capture.zoo import resnet50
     from pypto_lab.kernels import cost as model_cost
-    from pypto_lab.optimize import optimize
+    from pypto_lab.models.zoo import resnet50
 
     model, inputs = resnet50(batch=24)
     capture(model, inputs)

@@ -29,7 +29,7 @@ GRID = {"hbm_gbps": [800, 1600, 3200], "l1_kb": [256, 512, 1024], "cube_cores": 
 def measure(n_workers: int, repeats: int) -> dict:
     from distributed import Client, LocalCluster
 
-    from pypto_lab import explore as ex
+    from pypto_lab.explore import sweeps as ex
 
     with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
                       env=ex._worker_env()) as cluster, Client(cluster) as client:

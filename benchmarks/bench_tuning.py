@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from pypto_lab.hw.kernels import simulate_matmul
-from pypto_lab.tuning import screen_space
+from pypto_lab.tools.tuning import screen_space
 
 M, K, N = 32 * 14 * 14, 256 * 9, 256
 VERIFY = {"fast": 4, "normal": 16, "exhaustive": 128}

@@ -6,12 +6,14 @@ Run:  .venv/bin/python benchmarks/check_parity.py --record out/parity.json     #
 Covers simulate_matmul, simulate_conv2d, simulate_vector and simulate_attention (fused and
 unfused) over a few hundred seeded random and ResNet-/BERT-shaped cases on every chip (every
 epilogue name, custom `Epilogue` placements, double buffering on and off, every Cube dtype the
-chip has, batch > 1), and the pypto_lab.pto kernels of examples/kernels/ and tests/test_pto*.py.
+chip has, batch > 1), the pypto_lab.pto kernels of examples/kernels/ and tests/test_pto*.py, and
+(``--parts models``, `parity_models.py`) whole workloads: models through optimize, LLMs through
+simulate_generation and serve, training steps through simulate_step.
 Per case it keeps cycles, time_us, gm_bytes, pipe_busy, buffer_peak and instruction_count, and
 a signature of the timeline: per (core, pipe) lane the number of instructions and the sums of
 their start, end and ready cycles, and the count of every instruction kind. ``--check`` passes
 when every figure matches within 1e-9 relative; it prints the first mismatches otherwise and
-exits 1.
+exits 1. Whole-workload figures are compared within 1 % relative (`parity_models.REL_MODELS`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ from pypto_lab.hw.capabilities import place_epilogue
 from pypto_lab.hw.kernels import EPILOGUES, VECTOR_OPS, simulate_conv2d, simulate_matmul, simulate_vector
 from pypto_lab.hw.tiling import CubeTile
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from parity_models import REL_MODELS  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 REL = 1e-9
 
@@ -43,6 +48,12 @@ RESNET = [(3, 224, 64, 7, 2, 3), (64, 56, 64, 1, 1, 0), (64, 56, 64, 3, 1, 1), (
           (512, 7, 2048, 1, 1, 0), (256, 56, 512, 1, 2, 0), (1024, 14, 2048, 1, 2, 0)]
 BERT = [(1024, 768, 768), (1024, 768, 3072), (1024, 3072, 768), (4096, 1024, 1024), (512, 1024, 4096),
         (128, 768, 2), (2048, 768, 30522)]
+
+
+# the Vector operators the random cases draw from (fixed, so that an operator added to VECTOR_OPS
+# does not change which cases a seed draws)
+PARITY_VECTOR_OPS = ["add", "add_relu", "batchnorm", "cast", "copy", "div", "exp", "gelu", "layernorm", "max",
+                     "maximum", "minimum", "mul", "relu", "rmsnorm", "rsqrt", "softmax", "sqrt", "sub", "sum"]
 
 
 def timeline_signature(tl) -> dict:
@@ -121,7 +132,7 @@ def cases(seed: int, n_random: int) -> list[tuple[str, str, dict]]:
                   "epilogue": rng.choice(["none", "bias", "gelu", "residual", "bias_relu"])}
             out.append((f"bert gemm {chip_name} #{j}", "matmul", kw))
         for j in range(n_random // 2):
-            op = rng.choice(sorted(VECTOR_OPS))
+            op = rng.choice(PARITY_VECTOR_OPS)
             spec = VECTOR_OPS[op]
             row_len = rng.choice([64, 128, 768, 1024, 4096])
             rows = rng.randint(1, 3000)
@@ -197,22 +208,22 @@ def pto_figures(tmp: Path) -> list:
     return json.loads(out.read_text())
 
 
-def compare(ref, new, path: str, bad: list) -> None:
+def compare(ref, new, path: str, bad: list, rel: float = REL) -> None:
     if isinstance(ref, dict):
         if not isinstance(new, dict) or set(ref) != set(new):
             bad.append(f"{path}: keys {sorted(ref) if isinstance(ref, dict) else ref} != "
                        f"{sorted(new) if isinstance(new, dict) else new}")
             return
         for k in ref:
-            compare(ref[k], new[k], f"{path}.{k}", bad)
+            compare(ref[k], new[k], f"{path}.{k}", bad, rel)
     elif isinstance(ref, list):
         if not isinstance(new, list) or len(ref) != len(new):
             bad.append(f"{path}: length {len(ref)} != {len(new) if isinstance(new, list) else new}")
             return
         for i, (a, b) in enumerate(zip(ref, new)):
-            compare(a, b, f"{path}[{i}]", bad)
+            compare(a, b, f"{path}[{i}]", bad, rel)
     elif isinstance(ref, float) or isinstance(new, float):
-        if not math.isclose(float(ref), float(new), rel_tol=REL, abs_tol=1e-9):
+        if not math.isclose(float(ref), float(new), rel_tol=rel, abs_tol=1e-9):
             bad.append(f"{path}: {ref!r} != {new!r}")
     elif ref != new:
         bad.append(f"{path}: {ref!r} != {new!r}")
@@ -226,11 +237,12 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--random", type=int, default=60, help="random matmul cases per chip (vector: half)")
     ap.add_argument("--parts", default="hw,pto", help="hw (the simulate_* calls), pto (the pto kernels, a minute "
-                    "of tests), or both (default); --record with one part keeps the other's figures in PATH")
+                    "of tests), models (whole workloads, a few minutes), comma-separated (default hw,pto); "
+                    "--record with some parts keeps the others' figures in PATH")
     args = ap.parse_args()
     parts = [p for p in args.parts.split(",") if p]
-    if not parts or set(parts) - {"hw", "pto"}:
-        sys.exit(f"--parts {args.parts!r}: choose hw, pto or hw,pto")
+    if not parts or set(parts) - {"hw", "pto", "models"}:
+        sys.exit(f"--parts {args.parts!r}: choose from hw, pto, models (comma-separated)")
     path = Path(args.record or args.check)
     path.parent.mkdir(parents=True, exist_ok=True)
     figures = {}
@@ -241,6 +253,10 @@ def main() -> None:
     if "pto" in parts:
         figures["pto"] = pto_figures(path.parent)
         print(f"{len(figures['pto'])} pto kernel runs")
+    if "models" in parts:
+        from parity_models import model_figures
+
+        figures["models"] = model_figures()
     if args.record:
         old = json.loads(path.read_text()) if path.exists() else {}
         if (old.get("seed"), old.get("random")) == (args.seed, args.random):
@@ -255,10 +271,11 @@ def main() -> None:
     for part, new in figures.items():
         if part not in ref["figures"]:
             sys.exit(f"{path} has no {part} figures; record them first")
-        compare(ref["figures"][part], new, part, bad)
+        compare(ref["figures"][part], new, part, bad, REL_MODELS if part == "models" else REL)
     errors = sum(1 for v in figures.get("hw", {}).values() if "error" in v)
     print(f"{len(figures.get('hw', {}))} hw cases ({errors} raise the same error as recorded), "
-          f"{len(figures.get('pto', []))} pto runs: {len(bad)} mismatches (relative tolerance {REL:g})")
+          f"{len(figures.get('pto', []))} pto runs, {sum(len(v) for v in figures.get('models', {}).values())} "
+          f"workloads: {len(bad)} mismatches (relative tolerance {REL:g}; workloads {REL_MODELS:g})")
     for line in bad[:30]:
         print("  " + line)
     sys.exit(1 if bad else 0)

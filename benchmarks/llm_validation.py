@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pypto_lab.fileio import write_json_atomic  # noqa: E402
+from pypto_lab.files.atomic import write_json_atomic  # noqa: E402
 from pypto_lab.hw.chip import get_chip  # noqa: E402
 from pypto_lab.hw.kernels import simulate_matmul  # noqa: E402
 from pypto_lab.llm import serve, simulate_generation  # noqa: E402

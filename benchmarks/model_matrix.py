@@ -9,9 +9,9 @@ BatchNorm folded and how many ReLUs and residual adds ride in a convolution's ke
 
 from __future__ import annotations
 
-from pypto_lab.capture.zoo import bert_base, resnet50
+from pypto_lab import optimize
 from pypto_lab.kernels.ir import AttentionKernel
-from pypto_lab.optimize import optimize
+from pypto_lab.models.zoo import bert_base, resnet50
 
 
 def conv_bn_relu(om) -> str:

@@ -8,8 +8,8 @@ seed article (shared/seeds/000_*, summarised in its README) and are the article'
 
 from __future__ import annotations
 
-from pypto_lab.capture.zoo import bert_base, resnet50
-from pypto_lab.optimize import optimize
+from pypto_lab import optimize
+from pypto_lab.models.zoo import bert_base, resnet50
 
 
 def pct(new: float, old: float) -> str:

@@ -33,7 +33,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pypto_lab.fileio import write_json_atomic  # noqa: E402
+from pypto_lab.files.atomic import write_json_atomic  # noqa: E402
 from pypto_lab.train import simulate_step  # noqa: E402
 
 DATA = ROOT / "datasets" / "published_training" / "published_training.csv"

@@ -199,7 +199,7 @@ with profiler:
 profiler.export_chrome_trace(os.path.join(OUT, "trace.json"))
 print("9.3 trace written to", os.path.join(OUT, "trace.json"))
 
-from pypto_lab.optimize import OPTION_DEFAULTS  # noqa: E402  (not the article's: leave the defaults as found)
+from pypto_lab.passes.options import OPTION_DEFAULTS  # noqa: E402  (not the article's: leave the defaults as found)
 
 pypto.set_optimization_options(dict(OPTION_DEFAULTS))
 pypto.disable_memory_pool()

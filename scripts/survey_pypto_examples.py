@@ -154,7 +154,7 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     sys.path.insert(0, str(ROOT))
-    from pypto_lab.fileio import write_text_atomic
+    from pypto_lab.files.atomic import write_text_atomic
 
     result = survey(args.checkout, args.timeout, args.jobs, args.only)
     md = to_markdown(result)

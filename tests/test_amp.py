@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 import pypto_lab
-from pypto_lab import amp
+from pypto_lab.precision import amp
 
 
 def _mlp():

@@ -112,7 +112,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_import_graph_is_read_from_the_source():
     assert "pypto_lab.kernels.ir" in GRAPH["pypto_lab.capture.graph"]
-    assert "pypto_lab.hw.chip" in GRAPH["pypto_lab.optimize"]
+    assert "pypto_lab.hw.chip" in GRAPH["pypto_lab.compiler.optimize"]
     assert len(MODULES) > 60
 
 
@@ -126,25 +126,63 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_the_chip_model_imports_nothing_from_the_compiler():
-    allowed = ("pypto_lab.hw", "pypto_lab.fileio")
-    bad = {name: sorted(i for i in deps if not i.startswith(allowed))
-           for name, deps in GRAPH.items() if name.startswith("pypto_lab.hw")}
-    assert not {k: v for k, v in bad.items() if v}
+def test_the_layers_contract_of_pyproject_holds():
+    """lint-imports (import-linter) with the layers contract in pyproject.toml: each stage imports
+    only the stages below it, siblings on one layer import neither each other."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("importlinter")
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.run([sys.executable, "-c", "from importlinter.cli import lint_imports_command; "
+                          "lint_imports_command()", "--no-cache"], capture_output=True, text=True, cwd=root)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "1 kept, 0 broken" in run.stdout
 
 
-@pytest.mark.parametrize("stage, forbidden", [
-    ("pypto_lab.kernels", ("pypto_lab.passes", "pypto_lab.optimize", "pypto_lab.analysis", "pypto_lab.viz")),
-    ("pypto_lab.passes", ("pypto_lab.optimize", "pypto_lab.analysis", "pypto_lab.viz", "pypto_lab.runtime")),
-    ("pypto_lab.capture", ("pypto_lab.passes", "pypto_lab.optimize", "pypto_lab.analysis", "pypto_lab.viz")),
-])
-def test_each_stage_imports_only_the_stages_before_it(stage, forbidden):
-    late = {name: sorted(i for i in deps if i.startswith(forbidden))
-            for name, deps in GRAPH.items() if name.startswith(stage)}
-    assert not {k: v for k, v in late.items() if v}
+def test_every_package_of_pypto_lab_is_a_layer_of_the_contract():
+    """A new folder must be placed in the layers (pyproject.toml), or the contract says nothing of it."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    layers = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]["layers"]
+    named = {p.strip().split(".")[1] for line in layers for p in line.split("|")}
+    packages = {p.parent.name for p in ROOT.glob("*/__init__.py")}
+    assert packages == named, f"packages not in the layers: {sorted(packages - named)}; " \
+                              f"layers that are no package: {sorted(named - packages)}"
+
+
+def test_the_package_root_holds_only_the_public_api():
+    """Every module lives in the folder of its stage; the root has the public API and the seed
+    article's import paths (at most three modules)."""
+    root_modules = sorted(p.name for p in ROOT.glob("*.py"))
+    assert len(root_modules) <= 3, root_modules
+    assert "__init__.py" in root_modules
 
 
 def test_nothing_on_the_path_imports_the_course_checkers():
     users = sorted(name for name, deps in GRAPH.items() if not name.startswith("pypto_lab.course")
                    and any(d.startswith("pypto_lab.course") for d in deps))
     assert not users, f"the exercise checkers sit above every stage; imported by {users}"
+
+
+def test_hardware_only_use_loads_neither_torch_nor_matplotlib():
+    """The chip model and the public API's hardware names work without torch: lazy attributes."""
+    import subprocess
+    import sys
+
+    code = ("import pypto_lab.hw, pypto_lab, sys; pypto_lab.list_chips(); pypto_lab.get_stack(pypto_lab.DEFAULT_STACK); "
+            "pypto_lab.simulate_matmul(128, 128, 128); "
+            "heavy = [m for m in ('torch', 'matplotlib', 'transformers', 'pandas') if m in sys.modules]; "
+            "assert not heavy, heavy")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_the_seed_articles_import_paths_are_the_stage_modules():
+    import importlib
+
+    from pypto_lab._seed_paths import SEED_PATHS
+
+    for alias, real in SEED_PATHS.items():
+        assert importlib.import_module(alias) is importlib.import_module(real), alias

@@ -155,7 +155,7 @@ def test_bad_arguments():
 def test_four_vector_cores_per_cube_core_share_the_softmax():
     """A chip derived with fewer Cube cores keeps all its vector cores (12 AIC : 48 AIV): each
     Cube core's P = softmax(S) then arrives in L1 from four vector cores, not two."""
-    from pypto_lab.explore import variant_chip
+    from pypto_lab.explore.sweeps import variant_chip
 
     base = get_chip("Ascend910B1")
     four = variant_chip("Ascend910B1", cube_cores=12)

@@ -4,13 +4,7 @@ import pytest
 import tomllib
 
 from pypto_lab.hw import get_chip, list_chips
-from pypto_lab.hw.calibration import (
-    NotCovered,
-    calibrate,
-    format_calibration,
-    load_microbench,
-    microbench,
-)
+from pypto_lab.hw.calibration import NotCovered, calibrate, format_calibration, load_microbench, microbench
 from pypto_lab.hw.chip import PRESET_DIR
 
 

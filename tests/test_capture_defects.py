@@ -146,7 +146,7 @@ def test_capture_gives_every_module_its_own_training_flag_back():
 
 
 def test_calibrate_gives_every_module_its_own_training_flag_back():
-    from pypto_lab import quantization as Q
+    from pypto_lab.precision import quantization as Q
 
     prepared = Q.prepare(_training_model_with_frozen_parts())
     before = _flags(prepared)

@@ -122,7 +122,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_work(capsys, tmp
 
 
 def test_an_output_folder_without_write_permission_is_refused(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr("pypto_lab.cli.os.access", lambda path, mode: False)  # as a user without the right
+    monkeypatch.setattr("pypto_lab.cli.commands.os.access", lambda path, mode: False)  # as a user without the right
     line = _error(capsys, ["matmul", "64", "64", "64", "--json", str(tmp_path / "mm.json")])
     assert f"--json {tmp_path / 'mm.json'}: permission denied (cannot write into {tmp_path})" in line
 
@@ -130,7 +130,7 @@ def test_an_output_folder_without_write_permission_is_refused(capsys, tmp_path, 
 def test_an_os_error_while_writing_is_one_line(capsys, tmp_path, monkeypatch):
     def refuse(path, obj):
         raise PermissionError(13, "Permission denied", str(path))
-    monkeypatch.setattr("pypto_lab.cli.write_json_atomic", refuse)
+    monkeypatch.setattr("pypto_lab.cli.commands.write_json_atomic", refuse)
     line = _error(capsys, ["matmul", "64", "64", "64", "--json", str(tmp_path / "mm.json")])
     assert "--json" in line and "cannot write it (Permission denied)" in line
 

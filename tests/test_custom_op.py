@@ -5,7 +5,7 @@ import torch
 
 import pypto_lab
 from pypto_lab.capture.catalogue import lookup
-from pypto_lab.custom_ops import CustomOpError, custom_op
+from pypto_lab.lowering.custom_ops import CustomOpError, custom_op
 
 custom_op_impl = """
 #include "tbe/te_operation.h"

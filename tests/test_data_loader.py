@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from pypto_lab.data import NPUDataLoader, host_memcpy_gbps, image_folder, text_dataset, text_set
 from pypto_lab.hw.chip import get_chip
+from pypto_lab.train.data import NPUDataLoader, host_memcpy_gbps, image_folder, text_dataset, text_set
 
 
 def _same(a, b):

@@ -10,10 +10,10 @@ import torch
 import torch.nn as nn
 import torchvision
 
+from pypto_lab import optimize
 from pypto_lab.hw.chip import PRESET_DIR, ChipConfigError, get_chip, list_chips, load_chip
 from pypto_lab.hw.energy import LEVELS, OP_DTYPES, EnergyModelError, kernel_traffic
 from pypto_lab.hw.kernels import VECTOR_DTYPES, simulate_matmul
-from pypto_lab.optimize import optimize
 
 PRESETS = list_chips()
 

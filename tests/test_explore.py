@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from distributed import Client, LocalCluster
 
-from pypto_lab import explore as ex
+from pypto_lab.explore import sweeps as ex
 from pypto_lab.hw.chip import ChipConfigError, get_chip
 
 

@@ -5,7 +5,7 @@ import stat
 
 import pytest
 
-from pypto_lab.fileio import write_json_atomic, write_text_atomic
+from pypto_lab.files.atomic import write_json_atomic, write_text_atomic
 
 
 def _mode(path):

@@ -6,7 +6,7 @@ from transformers import BertConfig
 from transformers.models.bert.modeling_bert import BertLayer
 
 import pypto_lab
-from pypto_lab.nn import FusedBERTLayer
+from pypto_lab.models.nn import FusedBERTLayer
 
 
 def _bert(hidden=64, heads=4, inter=128):

@@ -9,11 +9,11 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from pypto_lab import optimize  # noqa: E402
 from pypto_lab.capture import CaptureError, capture  # noqa: E402
 from pypto_lab.capture.hf_models import is_causal_lm  # noqa: E402
 from pypto_lab.cli import main  # noqa: E402
 from pypto_lab.llm import hf  # noqa: E402
-from pypto_lab.optimize import optimize  # noqa: E402
 from pypto_lab.runtime.interpreter import RuntimeInputError  # noqa: E402
 
 VOCAB = 256

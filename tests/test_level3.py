@@ -6,12 +6,11 @@ import torch
 import torch.nn as nn
 import torchvision
 
-from pypto_lab.analysis.schedule import schedule_kernels
+from pypto_lab import OptimizeError, optimize, set_optimization_options
 from pypto_lab.hw.chip import get_chip
 from pypto_lab.hw.kernels import simulate_vector
 from pypto_lab.hw.tiling import cube_tile_candidates, default_cube_tile, naive_cube_tile
 from pypto_lab.kernels.ir import CubeKernel, Decomposed, VectorKernel
-from pypto_lab.optimize import OptimizeError, optimize, set_optimization_options
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +64,8 @@ def test_schedule_overlaps_only_where_the_cores_are_separate(small_bert):
     assert all(k.start_us >= 0 and k.end_us >= k.start_us for k in b.schedule.kernels)
     assert b.to_dict()["serial_us"] == pytest.approx(b.schedule.serial_us) and ends
     two = optimize(model, (ids,), chip="Ascend910B1", level=2).report()
-    assert not two.schedule.concurrent and two.latency_us == pytest.approx(sum(k.time_us for k in two.kernels))
+    assert not two.schedule.concurrent and two.latency_us == pytest.approx(
+        sum(k.time_us + two.stack.launch_us for k in two.kernels))
 
 
 def test_mixed_precision_keeps_fp32_compute_for_softmax_and_norms(small_bert):
@@ -139,16 +139,16 @@ def test_cpu_fallback_pays_the_host_link():
     assert host[0].resources == ("host",) and rep.latency_us > host[0].time_us
 
 
-def test_kernel_launch_option_adds_a_fixed_cost_per_kernel():
+def test_the_stacks_launch_cost_adds_a_fixed_cost_per_kernel():
+    from pypto_lab import get_stack
+
     model, x = nn.Sequential(nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 256)), torch.randn(8, 256)
-    base = optimize(model, x, chip="Ascend910B1", level=1).report()
-    try:
-        set_optimization_options({"kernel_launch_us": 5.0})
-        slow = optimize(model, x, chip="Ascend910B1", level=1).report()
-    finally:
-        set_optimization_options({"kernel_launch_us": 0.0})
+    free = get_stack("atc-om").with_values(launch_us=0.0)
+    base = optimize(model, x, chip="Ascend910B1", level=1, stack=free).report()
+    slow = optimize(model, x, chip="Ascend910B1", level=1, stack=free.with_values(launch_us=5.0)).report()
     assert slow.latency_us == pytest.approx(base.latency_us + 5.0 * len(base.kernels))
-    with pytest.raises(OptimizeError, match="kernel_launch_us -1: .* >= 0"):
-        set_optimization_options({"kernel_launch_us": -1})
-    with pytest.raises(ValueError, match="kernel_launch_us"):
-        schedule_kernels(None, [], concurrent=False, launch_us=-2.0)
+    assert slow.stack.launch_us == 5.0 and "5 us launch" in slow.schedule.summary()
+    with pytest.raises(OptimizeError, match="kernel_launch_us.*stack="):
+        set_optimization_options({"kernel_launch_us": 5.0})
+    with pytest.raises(ValueError, match="launch_us = -1"):
+        free.with_values(launch_us=-1)

@@ -9,9 +9,17 @@ import pytest
 
 from pypto_lab.hw.chip import get_chip
 from pypto_lab.hw.kernels import simulate_matmul
-from pypto_lab.llm import HBMCapacityError, LLMConfigError, costs, simulate_generation, spec_of, step_model
+from pypto_lab.kernels import grid
+from pypto_lab.kernels.cost import cost
+from pypto_lab.kernels.ir import AttentionKernel, CubeKernel, VectorKernel
+from pypto_lab.llm import HBMCapacityError, LLMConfigError, simulate_generation, spec_of, step_model
 from pypto_lab.llm.forward import Hardware, expected_expert_load, forward_kernels, step_time_us
 from pypto_lab.llm.step_model import StepModel
+
+
+def _matmul(chip, m, k, n, batch=1):
+    """The grid strategy's cost of an fp16 matmul (what the LLM engine uses)."""
+    return cost(CubeKernel("MatMulV2", batch, m, k, n, "fp16", "fp16"), chip, "grid")
 
 
 @pytest.mark.parametrize("name, billions", [("llama-2-7b", 6.74), ("llama-3-8b", 8.03), ("llama-2-70b", 68.98),
@@ -112,10 +120,10 @@ def test_moe_decode_reads_only_the_experts_its_tokens_chose():
 def test_interpolated_matmul_times_stay_close_to_a_direct_simulation():
     chip = get_chip("Ascend910B1")
     m = 1000   # between grid points
-    lo, hi = costs.grid_points(m)
+    lo, hi = grid.grid_points(m)
     assert lo < m < hi
     direct = simulate_matmul(m, 4096, 4096, "fp16", chip).time_us
-    assert costs.matmul(chip, m, 4096, 4096, "fp16").time_us == pytest.approx(direct, rel=0.08)
+    assert _matmul(chip, m, 4096, 4096).time_us == pytest.approx(direct, rel=0.08)
 
 
 def test_the_step_model_is_a_serving_step_model():
@@ -126,7 +134,8 @@ def test_the_step_model_is_a_serving_step_model():
     mixed = sm.step_ms([(512, 0)], [1000] * 16)
     assert mixed > sm.step_ms([], [1000] * 16) > 0
     spec, hw = spec_of("llama-3-8b"), Hardware(get_chip("Ascend910B1"))
-    assert sm.step_ms([], [1008] * 16) == pytest.approx(step_time_us(forward_kernels(spec, hw, decode=[1008] * 16)) / 1000)
+    assert sm.step_ms([], [1008] * 16) == pytest.approx(
+        step_time_us(forward_kernels(spec, hw, decode=[1008] * 16), hw.stack) / 1000)
 
 
 @pytest.mark.parametrize("kwargs, rule", [
@@ -145,14 +154,15 @@ def test_attention_over_many_heads_scales_a_smaller_simulation_faithfully(bh, s_
 
     chip = get_chip("Ascend910B1")
     direct = simulate_attention(bh, s_q, s_k, 128, "fp16", chip).time_us
-    assert costs._waves(chip, bh, s_q, s_k, 128, "fp16").time_us == pytest.approx(direct, rel=0.10)
+    assert grid.waves(AttentionKernel(bh, s_q, s_k, 128, "fp16", flash=True), chip).time_us == pytest.approx(
+        direct, rel=0.10)
 
 
 @pytest.mark.parametrize("m, k, n", [(65536, 2048, 2816), (50000, 1024, 4096), (100000, 2048, 64)])
 def test_long_matmuls_are_linear_in_their_rows(m, k, n):
     chip = get_chip("Ascend910B1")
     direct = simulate_matmul(m, k, n, "fp16", chip).time_us
-    assert costs.matmul(chip, m, k, n, "fp16").time_us == pytest.approx(direct, rel=0.05)
+    assert _matmul(chip, m, k, n).time_us == pytest.approx(direct, rel=0.05)
 
 
 @pytest.mark.parametrize("op, numel, row_len", [("add", 3 << 22, None), ("rmsnorm", 40000 * 2048, 2048)])
@@ -161,23 +171,24 @@ def test_long_vector_kernels_are_linear_in_their_length(op, numel, row_len):
 
     chip = get_chip("Ascend910B1")
     direct = simulate_vector(op, numel, "fp16", chip, row_len=row_len).time_us
-    assert costs.vector(chip, op, numel, "fp16", row_len=row_len).time_us == pytest.approx(direct, rel=0.05)
+    spec = VectorKernel(op, (op,), numel, "fp16", "fp16", None, row_len)
+    assert cost(spec, chip, "grid").time_us == pytest.approx(direct, rel=0.05)
 
 
 def test_grouped_matmuls_interpolate_between_expert_counts():
     chip = get_chip("Ascend910B1")
     direct = simulate_matmul(32, 2048, 2816, "fp16", chip, batch=23).time_us
-    assert costs.matmul(chip, 32, 2048, 2816, "fp16", batch=23).time_us == pytest.approx(direct, rel=0.10)
+    assert _matmul(chip, 32, 2048, 2816, batch=23).time_us == pytest.approx(direct, rel=0.10)
 
 
 def test_every_grid_point_is_its_own_neighbour():
     for per_octave, floor in ((4, 64), (2, 4), (2, 16)):
         for x in range(1, 5000):
-            lo, hi = costs.grid_points(x, per_octave, floor)
+            lo, hi = grid.grid_points(x, per_octave, floor)
             assert lo <= x <= hi
             if lo != hi:
-                assert costs.grid_points(lo, per_octave, floor) == (lo, lo)
-                assert costs.grid_points(hi, per_octave, floor) == (hi, hi)
+                assert grid.grid_points(lo, per_octave, floor) == (lo, lo)
+                assert grid.grid_points(hi, per_octave, floor) == (hi, hi)
 
 
 def test_multi_head_latent_attention_caches_one_latent_and_absorbs_kv_b_in_decode():

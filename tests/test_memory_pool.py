@@ -5,8 +5,8 @@ import torch
 import torchvision
 
 import pypto_lab
-from pypto_lab import memory
 from pypto_lab.analysis.memory_plan import caching_block
+from pypto_lab.session import memory
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ import torchvision
 import pypto_lab
 from pypto_lab.analysis.memory_plan import ALIGN, MemoryPlan, memory_plan
 from pypto_lab.capture import capture
-from pypto_lab.kernels.lower import kernels_of
+from pypto_lab.lowering.lower import kernels_of
 from pypto_lab.passes import PassManager
 
 LEVEL0 = ["map_ops"]

@@ -8,9 +8,10 @@ import pytest
 import torch
 import torch.nn as nn
 
-from pypto_lab import fileio, profiler
-from pypto_lab.optimize import optimize
-from pypto_lab.profiler import ProfilerActivity, ProfilerError
+from pypto_lab import optimize
+from pypto_lab.files import atomic as fileio
+from pypto_lab.tools import profiler
+from pypto_lab.tools.profiler import ProfilerActivity, ProfilerError
 
 ACTS = [ProfilerActivity.CPU, ProfilerActivity.NPU]
 

@@ -5,7 +5,7 @@ import torch
 
 import pypto_lab
 import pypto_lab.pto as pypto
-from pypto_lab.custom_ops import CustomOpError, custom_op
+from pypto_lab.lowering.custom_ops import CustomOpError, custom_op
 
 T, H = 64, 512
 

@@ -6,8 +6,8 @@ import torch
 from torch import nn
 
 import pypto_lab
-from pypto_lab import quantization as Q
 from pypto_lab.hw import numerics
+from pypto_lab.precision import quantization as Q
 
 
 def _mlp():

@@ -10,12 +10,12 @@ import torch.nn as nn
 import torchvision
 
 import pypto_lab
-from pypto_lab.debug import compare_layers
+from pypto_lab import optimize
 from pypto_lab.hw import numerics
 from pypto_lab.kernels.ir import AttentionKernel
-from pypto_lab.optimize import optimize
 from pypto_lab.runtime.compare import CompareError, compare_tensors
 from pypto_lab.runtime.interpreter import RuntimeInputError, flash_attention
+from pypto_lab.tools.debug import compare_layers
 
 
 class SmallCNN(nn.Module):
@@ -172,8 +172,8 @@ def test_inputs_of_another_shape_or_dtype_are_refused(cnn):
 def test_each_call_reports_its_cpu_time_to_the_profiler(cnn, monkeypatch):
     model, x = cnn
     calls = []
-    monkeypatch.setattr(sys.modules["pypto_lab.optimize"], "notify_run",
-                        lambda om, inputs, cpu_us: calls.append((om, inputs, cpu_us)))
+    monkeypatch.setattr(sys.modules["pypto_lab.compiler.optimize"], "RUN_HOOKS",
+                        [lambda om, inputs, cpu_us: calls.append((om, inputs, cpu_us))])
     om = optimize(model, x, chip="Ascend910B1", level=1, precision="fp16")
     om(x)
     assert len(calls) == 1 and calls[0][0] is om and calls[0][1][0] is x and calls[0][2] == om.last_cpu_us > 0

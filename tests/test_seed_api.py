@@ -11,8 +11,8 @@ import torch
 import torch.nn as nn
 
 import pypto_lab
-from pypto_lab.optimize import OptimizeError
-from pypto_lab.tuning import TuneError, auto_tune
+from pypto_lab import OptimizeError
+from pypto_lab.tools.tuning import TuneError, auto_tune
 
 ROOT = Path(__file__).resolve().parents[1]
 

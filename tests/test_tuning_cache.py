@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import pypto_lab
-from pypto_lab.tuning import CACHE_VERSION, TuneCacheWarning, TuneError, auto_tune
+from pypto_lab.tools.tuning import CACHE_VERSION, TuneCacheWarning, TuneError, auto_tune
 
 FAST = {"level": "fast", "progress": False}
 

@@ -7,7 +7,7 @@ import csv
 import pytest
 
 from pypto_lab.cli import main
-from pypto_lab.validate import ValidationError, published_rows, validate
+from pypto_lab.validation.validate import ValidationError, published_rows, validate
 
 
 def test_every_published_row_has_a_model_a_chip_and_a_source():
@@ -43,13 +43,13 @@ def test_validate_for_a_chip_without_rows_says_so(capsys):
 
 
 def _row(key="roberta-base", batch=1, published=205.0, source="Ascend/ModelZoo-PyTorch/ACL_PyTorch/x"):
-    from pypto_lab.validate import Row
+    from pypto_lab.validation.validate import Row
     return Row(model=key, key=key, chip="Ascend310P3", batch=batch, seq=70, resolution=None, published=published,
                source=source, notes="")
 
 
 def test_published_rows_too_far_apart_for_one_figure_are_flagged():
-    from pypto_lab.validate import conflicting_rows
+    from pypto_lab.validation.validate import conflicting_rows
     atc, aie = _row(published=205.0), _row(published=356.0, source="Ascend/ModelZoo-PyTorch/AscendIE/TorchAIE/x")
     # no x has |x/205 - 1| <= 0.15 and |x/356 - 1| <= 0.15: 356/205 = 1.74 > 1.15/0.85 = 1.35
     assert conflicting_rows([atc, aie]) == [(atc, aie)]
@@ -62,6 +62,6 @@ def test_published_rows_too_far_apart_for_one_figure_are_flagged():
 
 
 def test_the_shipped_published_set_holds_rows_no_simulator_can_all_meet():
-    from pypto_lab.validate import conflicting_rows
+    from pypto_lab.validation.validate import conflicting_rows
     pairs = {(a.key, a.batch) for a, b in conflicting_rows(published_rows())}
     assert {("roberta-base", 1), ("albert-base-v2", 1)} <= pairs

@@ -154,7 +154,7 @@ def test_model_swimlane_numbers_910b_cores_chip_wide():
     import torch
     import torch.nn as nn
 
-    from pypto_lab.optimize import optimize
+    from pypto_lab import optimize
 
     om = optimize(nn.Sequential(nn.Linear(256, 256), nn.Softmax(-1)), torch.randn(64, 256), chip="Ascend910B1",
                   level=1)

@@ -6,10 +6,10 @@ import sys
 import pytest
 import torch
 
+from pypto_lab import optimize
 from pypto_lab.capture import capture
-from pypto_lab.capture.zoo import MODELS, MissingModelPackage, load_model, minilm
 from pypto_lab.cli import main
-from pypto_lab.optimize import optimize
+from pypto_lab.models.zoo import MODELS, MissingModelPackage, load_model, minilm
 
 SDPA = ("aten.scaled_dot_product_attention.default",)
 # the Hugging Face LFS object id (sha256) of sentence-transformers/all-MiniLM-L6-v2's model.safetensors

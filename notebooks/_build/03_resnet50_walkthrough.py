@@ -30,7 +30,7 @@ import pypto_lab
 from pypto_lab import optimize
 from pypto_lab.capture import capture
 from pypto_lab.capture.catalogue import lookup
-from pypto_lab.capture.zoo import resnet50
+from pypto_lab.models.zoo import resnet50
 from pypto_lab.viz import views
 
 torch.manual_seed(0)
@@ -466,7 +466,7 @@ rows, is `pypto-lab validate` and `benchmarks/README.md`):
 
 code("""
 # NBVAL_IGNORE_OUTPUT
-from pypto_lab.validate import DATA, published_rows, validate
+from pypto_lab.validation import DATA, published_rows, validate
 rows = [r for r in published_rows([DATA / "published_310P3_inference.csv"]) if r.batch <= 16]
 check = validate(rows=rows)
 print(check.table())

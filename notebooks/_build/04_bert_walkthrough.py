@@ -31,7 +31,7 @@ import pypto_lab
 from pypto_lab import optimize
 from pypto_lab.capture import capture
 from pypto_lab.hw.attention import simulate_attention
-from pypto_lab.capture.zoo import bert_base
+from pypto_lab.models.zoo import bert_base
 from pypto_lab.viz import views
 
 torch.manual_seed(0)
@@ -343,7 +343,7 @@ ten seconds on two cores.)
 
 code("""
 from pypto_lab.quantization import minilm_int8_report, quantize_dynamic
-from pypto_lab.capture.zoo import minilm
+from pypto_lab.models.zoo import minilm
 q = minilm_int8_report("Ascend910B1", level=2)
 print(q.table())
 """)

@@ -377,7 +377,7 @@ versions of its Linear layers:
 """)
 
 code("""
-from pypto_lab.capture import zoo
+from pypto_lab.models import zoo
 
 mini, (ids,) = zoo.minilm(batch=8, seq=128)
 tok = Q.minilm_tokenizer()

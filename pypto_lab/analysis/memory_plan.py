@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ..capture.graph import Graph, Node, TensorInfo
-from ..kernels.lower import kernels_of
-from ..options import ALLOCATORS
+from ..lowering.lower import kernels_of
+from ..passes.options import ALLOCATORS
 
 ALIGN = 512  # bytes: Ascend's GM allocator aligns every block
 ELEMENT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}

@@ -14,8 +14,9 @@ from typing import Any
 
 from ..hw.chip import Chip
 from ..hw.energy import EnergySummary, energy_of
-from ..kernels.costing import CostedKernel
+from ..lowering.costing import CostedKernel
 from ..passes.base import Note
+from ..stack import Stack
 from .memory_plan import MemoryPlan
 from .schedule import Schedule
 
@@ -53,6 +54,11 @@ class Report:
     memory: MemoryPlan | None = None
     notes: list[str] = field(default_factory=list)
     schedule: Schedule | None = None
+
+    @property
+    def stack(self) -> Stack | None:
+        """The software stack the kernels were scheduled under (`pypto_lab.stack`)."""
+        return self.schedule.stack if self.schedule else None
 
     @property
     def latency_us(self) -> float:
@@ -111,7 +117,8 @@ class Report:
             "peak_memory_bytes_with_reuse": int(self.memory.peak_bytes_reuse) if self.memory else 0,
             "cube_utilization": self.utilization("cube"), "vector_utilization": self.utilization("vector"),
             "fallback_ops": list(self.fallback_ops), "kernels": [k.to_dict() for k in self.kernels],
-            "serial_us": sum(k.time_us for k in self.kernels),
+            "serial_us": self.schedule.serial_us if self.schedule else sum(k.time_us for k in self.kernels),
+            "stack": self.stack.summary() if self.stack else None,
             "passes": [{"name": p.name, "latency_us": p.latency_us, "kernel_count": p.kernel_count,
                         "gm_bytes": p.gm_bytes, "summary": p.summary,
                         "notes": [{"node": n.node, "reason": n.reason} for n in p.notes]} for p in self.passes],
@@ -129,11 +136,14 @@ class Report:
     def table(self, top: int = 15) -> str:
         rows = sorted(self.kernels, key=lambda k: -k.time_us)[:top]
         width = max([len(k.name) for k in rows] + [6])
-        lines = [f"{self.model} on {self.chip.name}, level {self.level}, {self.precision}, batch {self.batch}",
+        lines = [f"{self.model} on {self.chip.name}, level {self.level}, {self.precision}, batch {self.batch}"
+                 + (f", {self.stack.name}" if self.stack else ""),
                  f"{'kernel':<{width}}  {'unit':<11}  {'time us':>9}  {'GM MB':>8}  fused ops"]
         for k in rows:
             ops = ", ".join(t.split(".")[1] if t.startswith("aten.") else t for t in k.fused_ops)
             lines.append(f"{k.name:<{width}}  {k.unit:<11}  {k.time_us:9.1f}  {k.gm_bytes / 1e6:8.2f}  {ops}")
+        if self.schedule:
+            lines.append(f"schedule: {self.schedule.summary()}")
         lines.append(f"total: {len(self.kernels)} kernels, {self.latency_us:,.1f} us, "
                      f"{self.throughput_per_s:,.1f} samples/s, GM {self.gm_bytes / 1e6:,.1f} MB, "
                      f"cube {self.utilization('cube'):.0%}, vector {self.utilization('vector'):.0%}, "

@@ -9,9 +9,11 @@ separate, so a Vector kernel can run while an independent Cube-only kernel occup
 kernel occupies the whole AI Core, so nothing overlaps and only the dependency order matters. A
 kernel running on the host (a CPU fallback) holds the host lane.
 
-``kernel_launch_us`` (an optimisation option, default 0) adds a fixed cost to every kernel: no
-public figure for Ascend's per-kernel launch cost was found, so it is the user's to set when
-studying small, launch-bound batches; fusion's fewer kernels then show up in the latency.
+How the kernels reach the chip is the software stack's (`pypto_lab.stack`): on one stream the
+step is `pypto_lab.stack.timeline.run_in_order`'s (host dispatch, device launch, host/device
+overlap), so the schedule here and the LLM and training steps use one model; on two streams each
+kernel becomes ready when the host has dispatched it (`HostClock`) and pays the stack's launch
+before its own time. Fusion's fewer kernels show up in the latency through the launches.
 
 The result is a `Schedule` that lives in the `Report`; the graph is not touched.
 """
@@ -21,7 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..capture.graph import Graph
-from ..kernels.costing import CostedKernel
+from ..lowering.costing import CostedKernel
+from ..stack import HostClock, Stack, get_stack, run_in_order
+from ..stack.timeline import Launch, launch_cost
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,7 @@ class ScheduledKernel:
 class Schedule:
     kernels: tuple[ScheduledKernel, ...]
     concurrent: bool
-    launch_us: float
+    stack: Stack
 
     @property
     def latency_us(self) -> float:
@@ -51,7 +55,14 @@ class Schedule:
         mode = "two streams, dependencies only" if self.concurrent else "one stream, in order"
         return (f"{len(self.kernels)} kernels, {mode}: {self.latency_us:,.1f} us"
                 + (f" ({overlap:,.1f} us of overlap)" if overlap > 1e-6 else "")
-                + (f", {self.launch_us:g} us launch each" if self.launch_us else ""))
+                + f"; {self.stack.name}: {self.stack.launch_us:g} us launch"
+                + (f", {self.stack.dispatch_us:g} us host dispatch" if self.stack.dispatch_us else "") + " per kernel"
+                + (f", {self.stack.step_host_us:g} us host per step" if self.stack.step_host_us else ""))
+
+    @property
+    def launch_us(self) -> float:
+        """The stack's device-side launch of one kernel."""
+        return self.stack.launch_us
 
 
 def kernel_dependencies(graph: Graph, kernels: list[CostedKernel]) -> list[set[int]]:
@@ -81,27 +92,30 @@ def kernel_dependencies(graph: Graph, kernels: list[CostedKernel]) -> list[set[i
 
 
 def schedule_kernels(graph: Graph, kernels: list[CostedKernel], concurrent: bool,
-                     launch_us: float = 0.0) -> Schedule:
-    """Start and end of every kernel: in order on one stream, or as early as dependencies and cores allow."""
-    if launch_us < 0:
-        raise ValueError(f"kernel_launch_us = {launch_us!r}: must be >= 0 (microseconds per kernel)")
+                     stack: Stack | str) -> Schedule:
+    """Start and end of every kernel under ``stack``: in order on one stream, or as early as
+    dependencies, the host's dispatch and free cores allow."""
+    stack = get_stack(stack)
+    out = []
+    if not concurrent:
+        line = run_in_order([Launch(k.time_us) for k in kernels], stack)
+        for k, p in zip(kernels, line.placed):
+            out.append(ScheduledKernel(k.name, k.resources, p.start_us, p.end_us))
+        return Schedule(tuple(out), concurrent, stack)
     deps = kernel_dependencies(graph, kernels)
+    clock = HostClock(stack)
     free: dict[str, float] = {}
     ends: list[float] = []
-    out = []
-    prev_end = 0.0
     for i, k in enumerate(kernels):
-        ready = max((ends[j] for j in deps[i] if j < i), default=0.0)
-        if not concurrent:
-            ready = max(ready, prev_end)
+        ready = max([clock.dispatch()] + [ends[j] for j in deps[i] if j < i])
         start = max([ready] + [free.get(r, 0.0) for r in k.resources])
-        end = start + k.time_us + launch_us
+        end = start + launch_cost(stack, False) + k.time_us
+        clock.kernel_ended(end)
         for r in k.resources:
             free[r] = end
         ends.append(end)
-        prev_end = end
         out.append(ScheduledKernel(k.name, k.resources, start, end))
-    return Schedule(tuple(out), concurrent, launch_us)
+    return Schedule(tuple(out), concurrent, stack)
 
 
 __all__ = ["Schedule", "ScheduledKernel", "kernel_dependencies", "schedule_kernels"]

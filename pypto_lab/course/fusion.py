@@ -16,12 +16,12 @@ import torch
 from torch import nn
 
 from ..analysis.report import Report
+from ..compiler.optimize import optimize
 from ..hw.chip import DTYPE_BYTES, get_chip
 from ..hw.kernels import simulate_conv2d
 from ..hw.tiling import CubeTile
-from ..kernels.costing import CostedKernel
 from ..kernels.ir import CubeKernel, VectorKernel
-from ..optimize import optimize
+from ..lowering.costing import CostedKernel
 from .verdict import Attempt, Verdict, call_answer
 
 

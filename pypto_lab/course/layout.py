@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import torch
 
 from ..capture.graph import Graph, Node
+from ..compiler.optimize import optimize
 from ..hw.capabilities import ND, NZ
 from ..hw.chip import get_chip
 from ..kernels.ir import CubeKernel, TransDataKernel
-from ..optimize import optimize
 from ..passes.layout import ND_VECTOR_OPS, NZ_LAYER_NORMS
 from .verdict import Attempt, Verdict
 

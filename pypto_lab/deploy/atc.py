@@ -33,8 +33,8 @@ from pathlib import Path
 import torch
 
 from ..capture import CaptureError
+from ..compiler.optimize import optimize
 from ..hw.chip import Chip, get_chip, list_chips
-from ..optimize import optimize
 from .om import OMModel, load_om, save_om
 from .onnx_import import import_onnx, parse_input_shape
 

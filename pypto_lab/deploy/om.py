@@ -41,7 +41,7 @@ from torch.utils import _pytree as pytree
 
 from ..analysis.report import Report
 from ..capture.graph import Graph
-from ..fileio import write_bytes_atomic
+from ..files.atomic import write_bytes_atomic
 from ..hw.chip import Chip
 from .codec import CodecError, decode, encode
 

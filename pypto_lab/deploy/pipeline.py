@@ -52,8 +52,9 @@ from typing import Any
 
 import torch
 
-from ..data import host_memcpy_gbps, link_copy_ms
-from ..fileio import write_text_atomic
+from ..files.atomic import write_text_atomic
+from ..hw.chip import DEFAULT_CHIP
+from ..train.data import host_memcpy_gbps, link_copy_ms
 
 STAGES = ("preprocess", "h2d", "compute", "d2h")
 ENGINES = {"h2d": "H2D DMA", "compute": "AI cores", "d2h": "D2H DMA"}
@@ -107,7 +108,7 @@ class ModelSource:
             self.module = model_or_om
             self.example = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
             self.example = tuple(self.example)
-            self.chip = chip or "Ascend910B1"
+            self.chip = chip or DEFAULT_CHIP
             self.level = 3 if level is None else level
             self.precision = precision or "fp16"
         else:
@@ -188,7 +189,7 @@ class ModelSource:
                 f"a report at batch {batch} is needed but this object only gives one at batch {have} and "
                 f"cannot be re-optimised (it has no .model and .graph); pass batch={have}, or an "
                 f"OptimizedModel / an nn.Module with example_inputs so each batch size can be optimised")
-        from ..optimize import optimize
+        from ..compiler.optimize import optimize
 
         t0 = time.perf_counter()
         om = optimize(self.module, _with_batch(self.example, batch), chip=self.chip, level=self.level,
@@ -227,7 +228,7 @@ def measured_image_preprocess_ms(size: int, samples: int = 12) -> float:
     """Median time (ms, this machine) to read one shipped PNG, decode it, resize it to ``size`` x
     ``size`` and make it a tensor (`pypto_lab.data.image_folder`'s transform); measured once per size."""
     if size not in _IMAGE_MS:
-        from ..data import image_folder
+        from ..train.data import image_folder
 
         ds = image_folder(size)
         ds[0]  # warm-up: imports, file cache

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .chip import DTYPE_BYTES, Chip, get_chip
+from .chip import DEFAULT_CHIP, DTYPE_BYTES, Chip, get_chip
 from .kernels import KernelReport, fuse_vector_ops, simulate_matmul, simulate_vector
 from .programs import (
     dtypes_key,
@@ -436,7 +436,7 @@ def _attention_core_program(chip: Chip, blocks: tuple[int, ...], s_k: int, d: in
 # ---- the public entry point ------------------------------------------------------------------------
 
 def simulate_attention(batch_heads: int, s_q: int, s_k: int, d: int, dtype: str = "fp16",
-                       chip: str | Chip = "Ascend910B1", fused: bool = True, block_q: int | None = None,
+                       chip: str | Chip = DEFAULT_CHIP, fused: bool = True, block_q: int | None = None,
                        block_k: int | None = None, double_buffer: bool = True,
                        name: str | None = None) -> KernelReport:
     """Simulate ``O = softmax(Q K^T / sqrt(d)) V`` for ``batch_heads`` independent heads

@@ -23,6 +23,11 @@ import tomllib
 from .energy import EnergyTable, read_energy_table
 from .preset_file import PresetReader
 
+# The chip every entry point uses when none is given: the Ascend 910B1 (Atlas 800T A2), the newest
+# training chip with public figures. One constant, read by optimize, the LLM engine, training, the
+# pto language, the widgets and the command line.
+DEFAULT_CHIP = "Ascend910B1"
+
 PRESET_DIR = Path(__file__).with_name("presets")
 
 # Pipes of one AI Core, in the order the simulator numbers them.

@@ -40,7 +40,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from ..fileio import write_text_atomic
+from ..files.atomic import write_text_atomic
 from .calibration import (
     CSV_PATH,
     PATH_ALIASES,

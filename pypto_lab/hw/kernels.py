@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from .capabilities import EPILOGUE_NAMES, VECTOR_ACTIVATIONS, Epilogue, as_epilogue
-from .chip import DTYPE_BYTES, Chip, get_chip
+from .chip import DEFAULT_CHIP, DTYPE_BYTES, Chip, get_chip
 from .programs import (
     CubeProgram,
     cube_placements,
@@ -131,7 +131,7 @@ class Im2col:
         return min(1.0, in_rows * self.w / (rows * self.kh * self.kw))
 
 
-def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chip = "Ascend910B1",
+def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chip = DEFAULT_CHIP,
                     tile: CubeTile | dict | None = None, double_buffer: bool = True,
                     out_dtype: str | None = None, epilogue: Epilogue | str = "none", batch: int = 1,
                     name: str | None = None, im2col: Im2col | None = None) -> KernelReport:
@@ -257,7 +257,7 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
 
 
 def simulate_conv2d(n: int, c_in: int, h: int, w: int, c_out: int, kernel: int | tuple = 3,
-                    stride: int = 1, padding: int = 0, dtype: str = "fp16", chip: str | Chip = "Ascend910B1",
+                    stride: int = 1, padding: int = 0, dtype: str = "fp16", chip: str | Chip = DEFAULT_CHIP,
                     tile: CubeTile | dict | None = None, double_buffer: bool = True,
                     epilogue: Epilogue | str = "none") -> KernelReport:
     """Convolution as implicit GEMM: M = N*Ho*Wo, K = C_in*kh*kw, N = C_out, with img2col in L1
@@ -349,7 +349,24 @@ VECTOR_OPS: dict[str, VectorOp] = {
     # RMS norm: square, sum, rsqrt, scale, gamma
     "rmsnorm": VectorOp(2, 3, (("VMUL", 1), ("VADD", 1), ("VMUL", 1), ("VMUL", 1)),
                         (("VCADD", 1), ("VRSQRT", 1), ("VBRCB", 1)), row_wise=True, flops_per_elem=4),
+    # an LLM layer's Vector kernels (CANN's fused operators), from the instructions they issue per tile:
+    # RotaryPositionEmbedding: x * cos + rotate(x) * sin, the cos and sin tables streamed in
+    "rope": VectorOp(3, 4, (("VMUL", 2), ("VGATHER", 1), ("VADD", 1)), flops_per_elem=3),
+    # SwiGlu: silu(gate) * up, silu(g) = g / (1 + exp(-g))
+    "swiglu": VectorOp(2, 4, (("VMULS", 1), ("VEXP", 1), ("VADDS", 1), ("VDIV", 1), ("VMUL", 1)), flops_per_elem=5),
+    # MoeFinalizeRouting: each token's experts' outputs weighted by their gate and summed
+    "weighted_sum": VectorOp(2, 3, (("VMUL", 1), ("VADD", 1)), flops_per_elem=2),
 }
+
+
+def gating_topk_op(k: int, router: str) -> VectorOp:
+    """MoeGatingTopK over one token's expert scores: the score function (softmax or sigmoid), then
+    ``k`` rounds of row max + mask (VCMAX finds the best expert, VSEL removes it), then the
+    renormalisation of the kept weights."""
+    score = (("VMAX", 1), ("VSUB", 1), ("VEXP", 1), ("VADD", 1), ("VDIV", 1)) if router == "softmax" else \
+        (("VMULS", 1), ("VEXP", 1), ("VADDS", 1), ("VDIV", 1))
+    return VectorOp(1, 3, score + (("VSEL", k), ("VMAX", k)), (("VCMAX", k), ("VCADD", 1), ("VBRCB", 1)),
+                    row_wise=True, flops_per_elem=5 + 2 * k)
 
 
 def fuse_vector_ops(ops: list[str], inputs: int) -> VectorOp:
@@ -367,7 +384,7 @@ def fuse_vector_ops(ops: list[str], inputs: int) -> VectorOp:
     )
 
 
-def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: str | Chip = "Ascend910B1",
+def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: str | Chip = DEFAULT_CHIP,
                     tile: VecTile | dict | None = None, double_buffer: bool = True,
                     row_len: int | None = None, name: str | None = None,
                     compute_dtype: str | None = None) -> KernelReport:
@@ -489,7 +506,7 @@ def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: s
 
 
 __all__ = [
-    "KernelReport", "simulate_matmul", "simulate_conv2d", "simulate_vector", "VECTOR_OPS", "EPILOGUES",
+    "KernelReport", "simulate_matmul", "simulate_conv2d", "simulate_vector", "VECTOR_OPS", "EPILOGUES", "gating_topk_op",
     "VectorOp", "fuse_vector_ops",
     "TilingError", "gm_rates",
 ]

@@ -1,10 +1,14 @@
 """Reading a preset file's tables: ``{value, source}`` entries unwrapped (their sources kept),
-keys checked against a schema, values against their types. Chip presets (`chip.py`) and server
-topology presets (`topology.py`) are read with it; each names its own error class."""
+keys checked against a schema, values against their types (`PresetReader`), and finding a preset
+by its shipped name or a file's path (`PresetFolder`). Chip presets (`chip.py`), server topology
+presets (`topology.py`) and software-stack presets (`pypto_lab.stack`) are read with it; each
+names its own error class."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 
@@ -75,4 +79,33 @@ class PresetReader:
             raise self.fail(key, value, f"impossible value: {rule}", "use 0 or more" if allow_zero else "use a value > 0")
 
 
-__all__ = ["PresetReader"]
+class PresetFolder:
+    """A folder of shipped presets of one kind (chips, topologies, stacks): `find` resolves a
+    shipped name (loaded once and cached) or the path of a user's file (read afresh every time:
+    it may change); anything else raises ``error`` listing the shipped names."""
+
+    def __init__(self, folder: Path, loader: Callable[[Path], Any], error: type[Exception], what: str):
+        self.folder, self.loader, self.error, self.what = folder, loader, error, what
+        self._cache: dict[str, Any] = {}
+
+    def names(self) -> list[str]:
+        return sorted(p.stem for p in self.folder.glob("*.toml"))
+
+    def find(self, name_or_path: str | Path) -> Any:
+        key = str(name_or_path)
+        if key in self._cache:
+            return self._cache[key]
+        if key in self.names():
+            value = self._cache[key] = self.loader(self.folder / f"{key}.toml")
+            return value
+        candidate = Path(key)
+        if candidate.suffix == ".toml" or candidate.exists():
+            if not candidate.exists():
+                raise self.error(f"{key}: no such {self.what} file; fix: check the path, or use a shipped name "
+                                 f"({', '.join(self.names())})")
+            return self.loader(candidate)
+        raise self.error(f"unknown {self.what} {key!r}; fix: use one of {', '.join(self.names())} "
+                         f"(or the path of a .toml {self.what} file)")
+
+
+__all__ = ["PresetFolder", "PresetReader"]

@@ -23,7 +23,7 @@ from typing import Any
 import tomllib
 
 from .chip import Chip, ChipConfigError, get_chip, list_chips
-from .preset_file import PresetReader
+from .preset_file import PresetFolder, PresetReader
 
 TOPOLOGY_DIR = Path(__file__).with_name("topologies")
 LINK_KINDS = ("full_mesh", "switched")
@@ -213,29 +213,16 @@ def load_topology(path: str | Path) -> Topology:
                     sources=MappingProxyType(r.sources), path=str(path))
 
 
+_FOLDER = PresetFolder(TOPOLOGY_DIR, lambda path: load_topology(path), TopologyError, "topology")
+
+
 def list_topologies() -> list[str]:
     """Names of the shipped topology presets."""
-    return sorted(p.stem for p in TOPOLOGY_DIR.glob("*.toml"))
-
-
-_CACHE: dict[str, Topology] = {}
+    return _FOLDER.names()
 
 
 def get_topology(name_or_path: str | Path | Topology) -> Topology:
     """A shipped topology by name (``"Atlas800T-A2"``) or any topology file by path."""
     if isinstance(name_or_path, Topology):
         return name_or_path
-    key = str(name_or_path)
-    if key in _CACHE:
-        return _CACHE[key]
-    if key in list_topologies():
-        topo = _CACHE[key] = load_topology(TOPOLOGY_DIR / f"{key}.toml")
-        return topo
-    candidate = Path(key)
-    if candidate.suffix == ".toml" or candidate.exists():
-        if not candidate.exists():
-            raise TopologyError(f"{key}: no such topology file; fix: check the path, or use a shipped name "
-                                f"({', '.join(list_topologies())})")
-        return load_topology(candidate)  # user files are read afresh: they may change
-    raise TopologyError(f"unknown topology {key!r}; fix: use one of {', '.join(list_topologies())} "
-                        "(or the path of a .toml topology file)")
+    return _FOLDER.find(name_or_path)

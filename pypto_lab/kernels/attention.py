@@ -1,12 +1,20 @@
-"""The attention coster: an `AttentionKernel` on the FlashAttention tile program (online softmax,
-one kernel) or on the unfused three-kernel sequence (`simulate_attention`)."""
+"""The attention costers: an `AttentionKernel` on the FlashAttention tile program (online softmax,
+one kernel) or on the unfused three-kernel sequence (`simulate_attention`), and an LLM's
+attention kernels derived from it: `PromptAttentionKernel` (causal block skipping over a prefill
+chunk) and `IncreAttentionKernel` (a decode step over the paged KV cache).
+
+The derivations take the cost of the underlying fused attention from a function, so the exact
+costers here and the grid strategy (`pypto_lab.kernels.grid`) share them.
+"""
 
 from __future__ import annotations
 
-from ..hw.attention import simulate_attention
+from collections.abc import Callable
+
+from ..hw.attention import default_attention_blocks, simulate_attention
 from ..hw.chip import Chip
-from .cost import KernelCost, coster, split_resources
-from .ir import AttentionKernel
+from .cost import KernelCost, cost, coster, split_resources
+from .ir import AttentionKernel, IncreAttentionKernel, PromptAttentionKernel
 
 
 @coster(AttentionKernel)
@@ -15,3 +23,40 @@ def cost_attention(spec: AttentionKernel, chip: Chip) -> KernelCost:
     r = simulate_attention(spec.batch_heads, spec.s_q, spec.s_k, spec.d, dtype=spec.dtype, chip=chip,
                            fused=spec.flash, **blocks)
     return KernelCost.of([r], split_resources(chip, "AIC", "AIV"))
+
+
+def prompt_attention(spec: PromptAttentionKernel, chip: Chip,
+                     fused: Callable[[AttentionKernel], KernelCost]) -> KernelCost:
+    """PromptFlashAttention from the fused kernel without a mask over all ``past + s_q`` keys
+    (``fused(AttentionKernel)``): causal block skipping keeps the (query block, key block) pairs at
+    or below the diagonal, which the chip's default block sizes give."""
+    s_k = spec.past + spec.s_q
+    full = fused(AttentionKernel(spec.seqs * spec.heads, spec.s_q, s_k, spec.d, spec.dtype, flash=True))
+    bq, bk = default_attention_blocks(chip, spec.s_q, s_k, spec.d, spec.dtype)[:2]
+    nq, nk = -(-spec.s_q // bq), -(-s_k // bk)
+    kept = sum(min(nk, -(-(spec.past + (i + 1) * bq) // bk)) for i in range(nq))
+    return full.scaled(kept / (nq * nk))
+
+
+def incre_attention(spec: IncreAttentionKernel, fused: Callable[[AttentionKernel], KernelCost]) -> KernelCost:
+    """IncreFlashAttention: the ``group`` query heads of each KV head as the rows of one fused
+    block over the cached ``context`` keys; an int8 cache halves a memory-bound kernel's bytes (its
+    dequantisation is not charged)."""
+    c = fused(AttentionKernel(spec.seqs * spec.kv_heads, spec.group, spec.context, spec.d, spec.dtype, flash=True))
+    if spec.kv_dtype == "int8" and c.bound == "memory":
+        return KernelCost(c.cycles / 2, c.time_us / 2, c.gm_bytes / 2, c.tile, c.reports, c.resources, c.flops,
+                          c.bound, c.hbm_bytes / 2)
+    return c
+
+
+@coster(PromptAttentionKernel)
+def cost_prompt_attention(spec: PromptAttentionKernel, chip: Chip) -> KernelCost:
+    return prompt_attention(spec, chip, lambda a: cost(a, chip))
+
+
+@coster(IncreAttentionKernel)
+def cost_incre_attention(spec: IncreAttentionKernel, chip: Chip) -> KernelCost:
+    return incre_attention(spec, lambda a: cost(a, chip))
+
+
+__all__ = ["cost_attention", "cost_incre_attention", "cost_prompt_attention", "incre_attention", "prompt_attention"]

@@ -1,11 +1,15 @@
 """The kernel IR: what the chip runs, as frozen values the passes produce and the costers obey.
 
 Every kind of kernel the chip runs is a frozen dataclass (a *spec*): a Cube kernel (matmul or
-convolution as implicit GEMM, with its dtypes, GM formats, epilogue and tiling), a Vector kernel
-(a chain of vector operators over a tensor, with its storage and compute dtypes), attention
-(FlashAttention or the unfused three-kernel sequence, with its block sizes), a TransData (a
-format conversion), a Host kernel (a CPU fallback paying the host link), a Custom kernel (a user
-operator with a declared cost) and a Decomposed composite (primitives run one after another).
+convolution as implicit GEMM, with its dtypes, GM formats, epilogue and tiling; weight-only int8
+as WeightQuantBatchMatmul), a Vector kernel (a chain of vector operators over a tensor, with its
+storage and compute dtypes), attention (FlashAttention or the unfused three-kernel sequence, with
+its block sizes; an LLM's PromptFlashAttention over a prefill chunk and IncreFlashAttention over a
+paged KV cache), MoE gating (MoeGatingTopK), a collective (HCCL over a server topology), a
+TransData (a format conversion), a Host kernel (a CPU fallback paying the host link), a Custom
+kernel (a user operator with a declared cost) and a Decomposed composite (primitives run one after
+another). Every front end (`optimize`, the LLM engine, training) builds these same specs, and one
+coster per kind costs them.
 
 A spec names no graph node and no module path: identical layers share one spec, so they are
 costed once (the costers' memo is keyed by the spec and the chip). Where a spec sits in a model
@@ -23,8 +27,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..hw.capabilities import NO_EPILOGUE, Epilogue
+from ..hw.collectives import KINDS as COLLECTIVE_KINDS
 from ..hw.kernels import Im2col
 from ..hw.tiling import CubeTile
+from ..hw.topology import Topology
 
 GM_DTYPES = ("fp16", "bf16", "fp32", "int8")
 VECTOR_DTYPES = ("fp16", "bf16", "fp32")
@@ -82,12 +88,16 @@ class CubeKernel(KernelSpec):
     c_format: str = ""
     quantize_input: InputQuant | None = None
     im2col: Im2col | None = None     # a convolution's geometry: A is read from its feature map (load3d)
+    weight_dtype: str | None = None  # "int8": weight-only quantisation (W8A16), dequantised on the way in
 
     def __post_init__(self):
         _positive("Cube kernel", batch=self.batch, m=self.m, k=self.k, n=self.n)
         if self.dtype not in GM_DTYPES or self.out_dtype not in GM_DTYPES + ("int32",):
             raise ValueError(f"Cube kernel dtype {self.dtype!r} -> {self.out_dtype!r}: the Cube multiplies "
                              f"{', '.join(GM_DTYPES)}")
+        if self.weight_dtype is not None and (self.weight_dtype != "int8" or self.dtype not in ("fp16", "bf16")):
+            raise ValueError(f"Cube kernel weight_dtype {self.weight_dtype!r} with dtype {self.dtype!r}: weight-only "
+                             "quantisation keeps int8 weights for fp16 or bf16 activations (W8A16)")
 
     @property
     def unit(self) -> str:
@@ -165,6 +175,135 @@ class AttentionKernel(KernelSpec):
     @property
     def op(self) -> str:
         return "FlashAttentionScore" if self.flash else "UnfusedAttention(BatchMatMul+SoftmaxV2+BatchMatMul)"
+
+
+@dataclass(frozen=True)
+class PromptAttentionKernel(KernelSpec):
+    """PromptFlashAttention, an LLM's prefill attention: causal attention of ``s_q`` new tokens over
+    ``past + s_q`` keys, for ``seqs`` sequences of ``heads`` heads of ``d`` dims (GQA's shared KV
+    heads read with their query heads). The fused kernel's blocks above the diagonal are skipped."""
+
+    kind: ClassVar[str] = "prompt_attention"
+    seqs: int
+    heads: int
+    s_q: int
+    past: int
+    d: int
+    dtype: str
+
+    def __post_init__(self):
+        _positive("PromptFlashAttention", seqs=self.seqs, heads=self.heads, s_q=self.s_q, d=self.d)
+        if isinstance(self.past, bool) or not isinstance(self.past, int) or self.past < 0:
+            raise ValueError(f"PromptFlashAttention past = {self.past!r}: tokens already cached, an integer >= 0")
+
+    @property
+    def unit(self) -> str:
+        return "cube+vector"
+
+    @property
+    def dtypes(self) -> tuple[str, str]:
+        return self.dtype, "fp32"
+
+    @property
+    def op(self) -> str:
+        return "PromptFlashAttention"
+
+
+@dataclass(frozen=True)
+class IncreAttentionKernel(KernelSpec):
+    """IncreFlashAttention (PagedAttention), one decode step: for each of ``seqs`` sequences, the
+    ``group`` query heads sharing a KV head attend over its ``context`` cached tokens (GQA packs
+    them as the rows of one block, so the cache is read once per KV head). ``kv_dtype`` is what the
+    cache holds; an int8 cache halves a memory-bound kernel's bytes."""
+
+    kind: ClassVar[str] = "incre_attention"
+    seqs: int
+    kv_heads: int
+    group: int
+    context: int
+    d: int
+    dtype: str
+    kv_dtype: str = "fp16"
+
+    def __post_init__(self):
+        _positive("IncreFlashAttention", seqs=self.seqs, kv_heads=self.kv_heads, group=self.group,
+                  context=self.context, d=self.d)
+        if self.kv_dtype not in ("fp16", "bf16", "int8"):
+            raise ValueError(f"IncreFlashAttention kv_dtype {self.kv_dtype!r}: the KV cache holds fp16, bf16 or int8")
+
+    @property
+    def unit(self) -> str:
+        return "cube+vector"
+
+    @property
+    def dtypes(self) -> tuple[str, str]:
+        return self.kv_dtype, "fp32"
+
+    @property
+    def op(self) -> str:
+        return "IncreFlashAttention"
+
+
+@dataclass(frozen=True)
+class MoeGatingKernel(KernelSpec):
+    """MoeGatingTopK over ``tokens`` tokens' scores of ``experts`` experts: the score function
+    (``router``: softmax or sigmoid), ``top_k`` rounds of a row max and a mask, the kept weights
+    renormalised, on the Vector unit in ``dtype``."""
+
+    kind: ClassVar[str] = "moe_gating"
+    tokens: int
+    experts: int
+    top_k: int
+    router: str = "softmax"
+    dtype: str = "fp32"
+
+    def __post_init__(self):
+        _positive("MoeGatingTopK", tokens=self.tokens, experts=self.experts, top_k=self.top_k)
+        if self.router not in ("softmax", "sigmoid"):
+            raise ValueError(f"MoeGatingTopK router {self.router!r}: softmax or sigmoid")
+
+    @property
+    def unit(self) -> str:
+        return "vector"
+
+    @property
+    def dtypes(self) -> tuple[str, str]:
+        return self.dtype, self.dtype
+
+    @property
+    def op(self) -> str:
+        return "MoeGatingTopK"
+
+
+@dataclass(frozen=True)
+class CollectiveKernel(KernelSpec):
+    """One HCCL collective (``op``: allreduce, allgather, reducescatter, alltoall, broadcast) of
+    ``nbytes`` per card over ``cards`` cards of ``topology``, costed by
+    `pypto_lab.hw.collectives.collective`; its launch is HCCL's (the topology's), inside its time."""
+
+    kind: ClassVar[str] = "collective"
+    op: str
+    nbytes: int
+    cards: int
+    topology: Topology | None
+
+    def __post_init__(self):
+        if self.op not in COLLECTIVE_KINDS:
+            raise ValueError(f"collective {self.op!r}: one of {', '.join(COLLECTIVE_KINDS)}")
+        _positive("collective", cards=self.cards)
+        if isinstance(self.nbytes, bool) or not isinstance(self.nbytes, int) or self.nbytes < 0:
+            raise ValueError(f"collective nbytes = {self.nbytes!r}: an integer number of bytes >= 0")
+        if self.cards > 1 and self.topology is None:
+            raise ValueError(f"a collective over {self.cards} cards needs a topology (pypto_lab.hw.topology)")
+
+    @property
+    def unit(self) -> str:
+        return "comm"
+
+    @property
+    def name(self) -> str:
+        return {"allreduce": "AllReduce", "allgather": "AllGather", "reducescatter": "ReduceScatter",
+                "alltoall": "AlltoAll", "broadcast": "Broadcast"}[self.op]
 
 
 @dataclass(frozen=True)
@@ -273,5 +412,6 @@ class Kernel:
         return self.spec.unit
 
 
-__all__ = ["AttentionKernel", "CubeKernel", "CustomKernel", "Decomposed", "HostKernel", "InputQuant", "Kernel",
-           "KernelSpec", "TensorMeta", "TransDataKernel", "VectorKernel"]
+__all__ = ["AttentionKernel", "CollectiveKernel", "CubeKernel", "CustomKernel", "Decomposed", "HostKernel",
+           "IncreAttentionKernel", "InputQuant", "Kernel", "KernelSpec", "MoeGatingKernel", "PromptAttentionKernel",
+           "TensorMeta", "TransDataKernel", "VectorKernel"]

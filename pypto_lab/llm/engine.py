@@ -16,10 +16,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..hw.chip import Chip, get_chip
+from ..hw.chip import DEFAULT_CHIP, Chip, get_chip
 from ..hw.collectives import get_topology, list_topologies
+from ..kernels.cost import CostedKernel
+from ..stack import Stack, get_stack
+from ..stack.preset import DEFAULT_LLM_STACK
 from .configs import LLMConfigError, LLMSpec, spec_of
-from .forward import Hardware, StepKernel, check_hardware, forward_kernels, step_time_us
+from .forward import Hardware, check_hardware, forward_kernels, step_time_us
 from .memory import (
     DEFAULT_HBM_UTILIZATION,
     HBMCapacityError,
@@ -52,22 +55,27 @@ def default_topology(chip: Chip, cards: int):
     return min(fits)[3]
 
 
+LAUNCH_MOVED = ("launch_us = {v!r}: the cost of launching a kernel is the software stack's. Fix: "
+                "stack=pypto_lab.get_stack('{stack}').with_values(launch_us={v!r}) (or a stack preset of "
+                "pypto_lab.list_stacks())")
+
+
 def hardware(chip: str | Chip, cards: int = 1, tp: int | None = None, ep: int = 1, precision: str = "fp16",
-             kv_dtype: str | None = None, topology=None, launch_us: float = 0.0) -> Hardware:
-    """A `Hardware` from user arguments: ``tp=None`` means tensor parallelism over all cards."""
+             kv_dtype: str | None = None, topology=None, stack: str | Stack = DEFAULT_LLM_STACK) -> Hardware:
+    """A `Hardware` from user arguments: ``tp=None`` means tensor parallelism over all cards;
+    ``stack`` the software stack running the steps (`pypto_lab.stack`)."""
     chip = get_chip(chip)
+    stack = get_stack(stack)
     if not isinstance(cards, int) or cards < 1:
         raise LLMConfigError(f"cards = {cards!r}: a positive number of cards. Fix: cards=1 or more")
     tp = cards if tp is None else tp
     if tp < 1 or cards % tp:
         raise LLMConfigError(f"tp = {tp} with cards = {cards}: tensor parallelism uses a divisor of the card count "
                              f"(the rest replicate as data parallelism). Fix: tp in {[d for d in range(1, cards + 1) if cards % d == 0]}")
-    if launch_us < 0:
-        raise LLMConfigError(f"launch_us = {launch_us}: a per-kernel launch cost is >= 0 microseconds. Fix: 0 or more")
     topo = get_topology(topology) if topology is not None else default_topology(chip, cards)
     kv = kv_dtype or ("bf16" if precision == "bf16" else "fp16")
     return Hardware(chip=chip, cards=cards, tp=tp, ep=ep, topology=topo, precision=precision, kv_dtype=kv,
-                    launch_us=float(launch_us))
+                    stack=stack)
 
 
 @dataclass
@@ -93,9 +101,10 @@ class LLMReport:
     comm_ms_prefill: float
     comm_ms_per_step: float
     roofline: dict[str, Any]
-    prefill_kernels: list[StepKernel] = field(repr=False)
-    decode_kernels: list[StepKernel] = field(repr=False)
+    prefill_kernels: list[CostedKernel] = field(repr=False)
+    decode_kernels: list[CostedKernel] = field(repr=False)
     spec: LLMSpec = field(repr=False, default=None)
+    stack: str = ""
 
     @property
     def e2e_ms(self) -> float:
@@ -111,7 +120,8 @@ class LLMReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "model": self.model, "chip": self.chip, "cards": self.cards, "tp": self.tp, "ep": self.ep,
+            "model": self.model, "chip": self.chip, "stack": self.stack, "cards": self.cards, "tp": self.tp,
+            "ep": self.ep,
             "precision": self.precision, "kv_dtype": self.kv_dtype, "batch": self.batch,
             "prompt_len": self.prompt_len, "output_len": self.output_len,
             "ttft_ms": self.ttft_ms, "tpot_ms": self.tpot_ms, "e2e_ms": self.e2e_ms,
@@ -129,7 +139,7 @@ class LLMReport:
     def table(self, top: int = 8) -> str:
         g = 2 ** 30
         lines = [
-            f"{self.model} on {self.cards} x {self.chip} (tp {self.tp}, ep {self.ep}), {self.precision}, "
+            f"{self.model} on {self.cards} x {self.chip} (tp {self.tp}, ep {self.ep}), {self.stack}, {self.precision}, "
             f"batch {self.batch}, {self.prompt_len} prompt + {self.output_len} output tokens",
             f"TTFT {self.ttft_ms:,.2f} ms   TPOT {self.tpot_ms:,.3f} ms   decode {self.decode_tokens_per_s:,.0f} tokens/s"
             f"   end to end {self.e2e_ms / 1000:,.2f} s",
@@ -182,7 +192,7 @@ def cards_needed(spec: LLMSpec, hw: Hardware, batch: int, tokens_per_seq: int, p
         if tp <= hw.tp or spec.heads % tp:
             continue
         try:
-            h = Hardware(hw.chip, tp, tp, 1, None, hw.precision, hw.kv_dtype, hw.launch_us)
+            h = Hardware(hw.chip, tp, tp, 1, default_topology(hw.chip, tp), hw.precision, hw.kv_dtype, hw.stack)
             check_hardware(spec, h)
         except LLMConfigError:
             continue
@@ -209,21 +219,24 @@ def check_fits(spec: LLMSpec, hw: Hardware, batch: int, tokens_per_seq: int, pre
 
 
 def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len: int = 128,
-                        chip: str | Chip = "Ascend910B1", cards: int = 1, tp: int | None = None,
+                        chip: str | Chip = DEFAULT_CHIP, cards: int = 1, tp: int | None = None,
                         precision: str = "fp16", *, ep: int = 1, kv_dtype: str | None = None, topology=None,
-                        launch_us: float = 0.0, hbm_utilization: float = DEFAULT_HBM_UTILIZATION,
-                        context_points: int = 5) -> LLMReport:
+                        stack: str | Stack = DEFAULT_LLM_STACK, hbm_utilization: float = DEFAULT_HBM_UTILIZATION,
+                        context_points: int = 5, launch_us: float | None = None) -> LLMReport:
     """Prefill ``batch`` prompts of ``prompt_len`` tokens together, then decode ``output_len``
     tokens for each, on ``cards`` cards of ``chip``. ``model``: a known name, a config.json path, a
-    transformers config or causal-LM module, or an `LLMSpec`. Raises `HBMCapacityError` when the
-    weights, the KV cache and the activations do not fit a card."""
+    transformers config or causal-LM module, or an `LLMSpec`; ``stack`` the software stack that
+    runs the steps (`pypto_lab.stack`, vLLM-Ascend's ACL graph mode by default). Raises
+    `HBMCapacityError` when the weights, the KV cache and the activations do not fit a card."""
+    if launch_us is not None:
+        raise LLMConfigError(LAUNCH_MOVED.format(v=launch_us, stack=get_stack(stack).name))
     spec = spec_of(model)
     for name, v in (("batch", batch), ("prompt_len", prompt_len), ("output_len", output_len)):
         if not isinstance(v, int) or v < 1:
             raise LLMConfigError(f"{name} = {v!r}: must be a positive integer. Fix: {name}=1 or more")
     if not 0 < hbm_utilization <= 1:
         raise LLMConfigError(f"hbm_utilization = {hbm_utilization}: a fraction in (0, 1]. Fix: e.g. 0.9")
-    hw = hardware(chip, cards, tp, ep, precision, kv_dtype, topology, launch_us)
+    hw = hardware(chip, cards, tp, ep, precision, kv_dtype, topology, stack)
     check_hardware(spec, hw)
     total = prompt_len + output_len
     if total > spec.max_positions:
@@ -232,7 +245,7 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
     use = check_fits(spec, hw, batch, total, prompt_len, hbm_utilization)
     b = _split(batch, hw)
     prefill = forward_kernels(spec, hw, prefill=[(prompt_len, 0)] * b)
-    ttft_ms = step_time_us(prefill) / 1000
+    ttft_ms = step_time_us(prefill, hw.stack) / 1000
     steps = max(1, output_len - 1)
     first, last = prompt_len + 1, prompt_len + steps
     n = max(2, min(context_points, steps))
@@ -240,7 +253,7 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
     per_ctx = []
     for c in ctxs:
         ks = forward_kernels(spec, hw, decode=[c] * b)
-        per_ctx.append((c, step_time_us(ks) / 1000, sum(k.time_us for k in ks if k.comm) / 1000))
+        per_ctx.append((c, step_time_us(ks, hw.stack) / 1000, sum(k.time_us for k in ks if k.collective) / 1000))
     # mean over the steps: trapezoids between the costed contexts
     if len(per_ctx) == 1:
         tpot, comm_step = per_ctx[0][1], per_ctx[0][2]
@@ -250,9 +263,9 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
         comm_step = sum((b2[0] - a[0]) * (a[2] + b2[2]) / 2 for a, b2 in zip(per_ctx, per_ctx[1:])) / span
     mid = round((first + last) / 2)
     mid_kernels = forward_kernels(spec, hw, decode=[mid] * b)
-    mid_us = step_time_us(mid_kernels)
-    flops = sum(k.cost.flops * k.count for k in mid_kernels if not k.comm)
-    gm = sum(k.cost.hbm_bytes * k.count for k in mid_kernels if not k.comm)
+    mid_us = step_time_us(mid_kernels, hw.stack)
+    flops = sum(k.cost.flops * k.count for k in mid_kernels if not k.collective)
+    gm = sum(k.cost.hbm_bytes * k.count for k in mid_kernels if not k.collective)
     peak = hw.chip.peak_tflops(hw.act_dtype) * 1e12
     bw = hw.chip.hbm_gbps * 1e9
     intensity = flops / gm if gm else 0.0
@@ -261,14 +274,14 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
                 "bound": "memory" if intensity < ridge else "compute",
                 "hbm_fraction": gm / (mid_us * 1e-6 * bw) if mid_us else 0.0,
                 "cube_fraction": flops / (mid_us * 1e-6 * peak) if mid_us else 0.0, "context": mid}
-    comm_prefill = sum(k.time_us for k in prefill if k.comm) / 1000
+    comm_prefill = sum(k.time_us for k in prefill if k.collective) / 1000
     return LLMReport(
         model=spec.name, chip=hw.chip.name, cards=hw.cards, tp=hw.tp, ep=hw.ep, precision=hw.precision,
         kv_dtype=hw.kv_dtype, batch=batch, prompt_len=prompt_len, output_len=output_len, ttft_ms=ttft_ms,
         tpot_ms=tpot, step_vs_context=[(c, t) for c, t, _ in per_ctx], hbm=use,
         kv_bytes_per_token=kv_bytes_per_token(spec, hw), comm_ms=comm_prefill + comm_step * steps,
         comm_ms_prefill=comm_prefill, comm_ms_per_step=comm_step, roofline=roofline, prefill_kernels=prefill,
-        decode_kernels=mid_kernels, spec=spec)
+        decode_kernels=mid_kernels, spec=spec, stack=hw.stack.name)
 
 
 class ChipStepModel:
@@ -297,17 +310,19 @@ class ChipStepModel:
         t = self._memo.get(key)
         if t is None:
             ks = forward_kernels(self.spec, self.hw, prefill=[(c, p) for c, p in key[0]], decode=[max(1, ctx)] * n)
-            t = self._memo[key] = step_time_us(ks) / 1000
+            t = self._memo[key] = step_time_us(ks, self.hw.stack) / 1000
         return t
 
 
-def step_model(model, chip: str | Chip = "Ascend910B1", cards: int = 1, tp: int | None = None,
+def step_model(model, chip: str | Chip = DEFAULT_CHIP, cards: int = 1, tp: int | None = None,
                precision: str = "fp16", *, ep: int = 1, kv_dtype: str | None = None, topology=None,
-               launch_us: float = 0.0, max_batched_tokens: int = 8192,
-               hbm_utilization: float = DEFAULT_HBM_UTILIZATION) -> ChipStepModel:
-    """The serving simulator's view of ``model`` on ``cards`` x ``chip``."""
+               stack: str | Stack = DEFAULT_LLM_STACK, max_batched_tokens: int = 8192,
+               hbm_utilization: float = DEFAULT_HBM_UTILIZATION, launch_us: float | None = None) -> ChipStepModel:
+    """The serving simulator's view of ``model`` on ``cards`` x ``chip`` under ``stack``."""
+    if launch_us is not None:
+        raise LLMConfigError(LAUNCH_MOVED.format(v=launch_us, stack=get_stack(stack).name))
     spec = spec_of(model)
-    hw = hardware(chip, cards, tp, ep, precision, kv_dtype, topology, launch_us)
+    hw = hardware(chip, cards, tp, ep, precision, kv_dtype, topology, stack)
     if hw.cards // hw.tp > 1:
         raise LLMConfigError(f"cards = {cards}, tp = {hw.tp}: serving models one replica. Fix: tp=cards, or serve "
                              "each replica on its own")
@@ -318,16 +333,18 @@ __all__ = ["ChipStepModel", "LLMReport", "cards_needed", "check_fits", "default_
            "largest_batch", "serve", "simulate_generation", "step_model"]
 
 
-def serve(model, chip: str | Chip = "Ascend910B1", requests: int = 1000, rate: float = 10.0, seed: int = 0,
+def serve(model, chip: str | Chip = DEFAULT_CHIP, requests: int = 1000, rate: float = 10.0, seed: int = 0,
           cards: int = 1, scheduler: str = "continuous", max_batched_tokens: int = 8192, block_size: int = 128,
           *, max_num_seqs: int = 256, tp: int | None = None, precision: str = "fp16", ep: int = 1,
-          kv_dtype: str | None = None, topology=None, launch_us: float = 0.0, lengths=None,
-          hbm_utilization: float = DEFAULT_HBM_UTILIZATION, progress: bool = True) -> ServeReport:
+          kv_dtype: str | None = None, topology=None, stack: str | Stack = DEFAULT_LLM_STACK, lengths=None,
+          hbm_utilization: float = DEFAULT_HBM_UTILIZATION, progress: bool = True,
+          launch_us: float | None = None) -> ServeReport:
     """Serve ``requests`` requests arriving at ``rate`` per second (Poisson; lengths from the
     ShareGPT-like distribution or ``lengths``) on ``cards`` x ``chip``: `serving.simulate_serving`
     driven by this engine's step times. Returns a `serving.ServeReport`."""
     sm = step_model(model, chip, cards, tp, precision, ep=ep, kv_dtype=kv_dtype, topology=topology,
-                    launch_us=launch_us, max_batched_tokens=max_batched_tokens, hbm_utilization=hbm_utilization)
+                    stack=stack, max_batched_tokens=max_batched_tokens, hbm_utilization=hbm_utilization,
+                    launch_us=launch_us)
     return simulate_serving(sm, requests=requests, rate=rate, seed=seed, scheduler=scheduler,
                             max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs, block_size=block_size,
                             lengths=lengths, progress=progress)

@@ -17,12 +17,13 @@ import argparse
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import tomllib
 
-LENGTHS_TOML = Path(__file__).resolve().parents[2] / "datasets" / "serving" / "sharegpt_lengths.toml"
+from ..files.paths import DATASETS_DIR
+
+LENGTHS_TOML = DATASETS_DIR / "serving" / "sharegpt_lengths.toml"
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import torch
 
 import pypto_lab.pto as pypto
 
-from ..custom_ops import custom_op
+from ..lowering.custom_ops import custom_op
 from .ling_like import Gate, LingLikeConfig, LingLikeForCausalLM, group_limited_topk
 
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..kernels.cost import CostedKernel
 from .configs import LLMSpec, kv_heads_per_card
-from .forward import KV_DTYPES, Hardware, StepKernel
+from .forward import KV_DTYPES, Hardware
 
 DEFAULT_HBM_UTILIZATION = 0.9   # vLLM's documented default gpu_memory_utilization (EngineArgs)
 
@@ -58,7 +59,7 @@ def kv_bytes_per_token(spec: LLMSpec, hw: Hardware) -> int:
     return 2 * spec.layers * kv_heads_per_card(spec, hw.tp) * spec.head_dim * KV_DTYPES[hw.kv_dtype]
 
 
-def activation_bytes(spec: LLMSpec, hw: Hardware, kernels: list[StepKernel], tokens: int) -> int:
+def activation_bytes(spec: LLMSpec, hw: Hardware, kernels: list[CostedKernel], tokens: int) -> int:
     """The largest working set of a forward pass of ``tokens`` tokens: the residual stream (two
     copies: the layer's input and its running sum) plus the biggest kernel's inputs and outputs."""
     biggest = max((k.io_bytes for k in kernels), default=0.0)

@@ -18,11 +18,10 @@ from typing import ClassVar
 
 from ..capture.catalogue import aten_name
 from ..capture.graph import Graph, Node
-from ..hw.chip import Chip, get_chip
-from ..options import OptimizationOptions
+from ..hw.chip import DEFAULT_CHIP, Chip, get_chip
+from ..stack import DEFAULT_STACK, FUSIONS, Stack, get_stack
+from .options import OptimizationOptions
 from .verify import verify
-
-DEFAULT_CHIP = "Ascend910B1"  # the chip a pass runs for when called without a context
 
 
 @dataclass(frozen=True)
@@ -50,16 +49,25 @@ def describe(node: Node) -> str:
 @dataclass(frozen=True)
 class PassContext:
     """What every pass may read: the chip (resolved once, by `optimize`), the Cube precision of the
-    run (after CANN's rule on that chip) and the options in force when the run started."""
+    run (after CANN's rule on that chip), the options in force when the run started, and the
+    software stack (`pypto_lab.stack`), which says which fusions run."""
 
     chip: Chip
     precision: str = "fp16"
     options: OptimizationOptions = field(default_factory=OptimizationOptions)
+    stack: Stack = field(default_factory=lambda: get_stack(DEFAULT_STACK))
 
     def __post_init__(self):
         if not isinstance(self.chip, Chip):
             raise TypeError(f"PassContext.chip must be a Chip, got {self.chip!r}: resolve it once with "
                             "pypto_lab.get_chip(name_or_path)")
+        if not isinstance(self.stack, Stack):
+            raise TypeError(f"PassContext.stack must be a Stack, got {self.stack!r}: resolve it once with "
+                            "pypto_lab.get_stack(name_or_path)")
+
+    def applies(self, fusion: str) -> bool:
+        """Whether the run's software stack applies ``fusion`` (`pypto_lab.stack.FUSIONS`)."""
+        return self.stack.applies(fusion)
 
 
 def default_context() -> PassContext:
@@ -80,6 +88,7 @@ class Pass:
 
     name: ClassVar[str] = ""
     requires: ClassVar[tuple[str, ...]] = ()
+    fusion: ClassVar[str] = ""        # a fusion pass: the fusion (`pypto_lab.stack.FUSIONS`) it makes
 
     def apply(self, graph: Graph, ctx: PassContext) -> PassResult:
         raise NotImplementedError
@@ -163,7 +172,8 @@ class PassOrderError(ValueError):
 
 class PassManager:
     """Runs passes in order, checks their requirements and calls the instruments (plus `Verify`
-    when ``PYPTO_LAB_VERIFY=1``)."""
+    when ``PYPTO_LAB_VERIFY=1``). A fusion pass whose fusion the run's stack does not apply is
+    not run; it leaves the graph as it was, with a summary that says why."""
 
     def __init__(self, passes: list[Pass | str] | tuple, instruments: list[Instrument] | None = None):
         self.passes = [get_pass(p) if isinstance(p, str) else p for p in passes]
@@ -185,7 +195,11 @@ class PassManager:
         for p in self.passes:
             for inst in self.instruments:
                 inst.before(p, graph, ctx)
-            result = p.apply(graph.copy(), ctx)
+            if p.fusion and not ctx.applies(p.fusion):
+                result = PassResult(graph, False, f"not run: the {ctx.stack.name} stack does not apply this fusion "
+                                                  f"({FUSIONS[p.fusion]})")
+            else:
+                result = p.apply(graph.copy(), ctx)
             for inst in self.instruments:
                 inst.after(p, result, ctx)
             graph = result.graph

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from ..capture.graph import Graph
 from ..kernels.ir import AttentionKernel, VectorKernel
-from ..kernels.lower import primitive_kernels
+from ..lowering.lower import primitive_kernels
 from .base import Pass, PassContext, PassResult, register
 
 # primitive Vector kernels (names in pypto_lab.hw.kernels.VECTOR_OPS) of each composite

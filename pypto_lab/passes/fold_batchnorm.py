@@ -18,7 +18,7 @@ from typing import ClassVar
 from ..capture.catalogue import aten_name
 from ..capture.graph import FoldedBatchNorm, Graph, Node
 from ..hw.capabilities import capabilities
-from ..kernels.lower import with_epilogue
+from ..lowering.lower import with_epilogue
 from .base import Pass, PassContext, PassResult, describe, register
 
 BATCH_NORMS = ("batch_norm", "_native_batch_norm_legit_no_training")
@@ -49,6 +49,7 @@ class FoldBatchNorm(Pass):
     """Remove inference BatchNorms that directly follow a single-use convolution."""
 
     name: ClassVar[str] = "fold_batchnorm"
+    fusion: ClassVar[str] = "conv_bn_relu"
     requires: ClassVar[tuple[str, ...]] = ("map_ops",)
 
     def apply(self, graph: Graph, ctx: PassContext) -> PassResult:

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from ..capture.graph import Graph, Node
 from ..kernels.ir import AttentionKernel, VectorKernel
-from ..kernels.lower import vector_kernel
+from ..lowering.lower import vector_kernel
 from .base import Pass, PassContext, PassResult, describe, register
 
 
@@ -31,6 +31,7 @@ def _producer_through_views(graph: Graph, name: str) -> str:
 @dataclass(frozen=True)
 class FuseLayerNorm(Pass):
     name: ClassVar[str] = "fuse_layernorm"
+    fusion: ClassVar[str] = "layernorm"
     requires: ClassVar[tuple[str, ...]] = ("map_ops",)
 
     def apply(self, graph: Graph, ctx: PassContext) -> PassResult:
@@ -47,6 +48,8 @@ class FuseLayerNorm(Pass):
             fused += 1
             src = _producer_through_views(graph, node.inputs[0])
             prev = producers.get(src)
+            if not ctx.applies("add_layernorm"):
+                continue
             if prev is None or prev.op not in ("add", "add_") or prev.group is not None \
                     or not isinstance(prev.kernel, VectorKernel):
                 continue
@@ -68,6 +71,7 @@ class FuseLayerNorm(Pass):
 @dataclass(frozen=True)
 class FuseAttention(Pass):
     name: ClassVar[str] = "fuse_attention"
+    fusion: ClassVar[str] = "sdpa_flash"
     requires: ClassVar[tuple[str, ...]] = ("map_ops",)
 
     def apply(self, graph: Graph, ctx: PassContext) -> PassResult:

@@ -26,7 +26,7 @@ from ..capture.catalogue import aten_name
 from ..capture.graph import Graph, Node
 from ..hw.capabilities import CoreCapabilities, capabilities
 from ..kernels.ir import CubeKernel
-from ..kernels.lower import with_epilogue
+from ..lowering.lower import with_epilogue
 from .base import Note, Pass, PassContext, PassResult, register
 from .fold_batchnorm import CONVS
 
@@ -105,6 +105,7 @@ class FuseConvBnRelu(Pass):
     """Conv (+ folded BN) + residual add + activation, and matmul + activation, as one kernel each."""
 
     name: ClassVar[str] = "fuse_conv_bn_relu"
+    fusion: ClassVar[str] = "conv_bn_relu"
     requires: ClassVar[tuple[str, ...]] = ("fold_batchnorm",)
 
     def apply(self, graph: Graph, ctx: PassContext) -> PassResult:

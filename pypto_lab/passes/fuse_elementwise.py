@@ -20,7 +20,7 @@ from typing import ClassVar
 from ..capture.catalogue import aten_name
 from ..capture.graph import Graph, Node
 from ..kernels.ir import Decomposed
-from ..kernels.lower import vector_kernel
+from ..lowering.lower import vector_kernel
 from .base import Pass, PassContext, PassResult, register
 
 # Vector kernels (`pypto_lab.hw.kernels.VECTOR_OPS`) that work element by element
@@ -42,6 +42,7 @@ class FuseElementwise(Pass):
     """Chains of single-use element-wise Vector nodes become one Vector kernel each."""
 
     name: ClassVar[str] = "fuse_elementwise"
+    fusion: ClassVar[str] = "elementwise"
     requires: ClassVar[tuple[str, ...]] = ("map_ops",)
 
     def apply(self, graph: Graph, ctx: PassContext) -> PassResult:

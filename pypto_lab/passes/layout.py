@@ -45,7 +45,7 @@ from ..capture.catalogue import NpuOp, aten_name
 from ..capture.graph import Graph, Node, TensorInfo
 from ..hw.capabilities import NC1HWC0, ND, NZ, capabilities
 from ..kernels.ir import CubeKernel, TransDataKernel
-from ..kernels.lower import storage_dtypes
+from ..lowering.lower import storage_dtypes
 from .base import Pass, PassContext, PassResult, register
 from .fold_batchnorm import CONVS
 

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from ..capture.catalogue import CPU, lookup
 from ..capture.graph import Graph
-from ..kernels.lower import lower
+from ..lowering.lower import lower
 from .base import Pass, PassContext, PassResult, register
 
 

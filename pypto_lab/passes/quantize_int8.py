@@ -24,7 +24,7 @@ from typing import ClassVar
 from ..capture.graph import Graph, Node
 from ..hw.capabilities import capabilities
 from ..kernels.ir import CubeKernel, InputQuant
-from ..kernels.lower import with_epilogue
+from ..lowering.lower import with_epilogue
 from .base import Pass, PassContext, PassResult, register
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..fileio import write_json_atomic
-from ..hw.chip import PIPES, Chip, get_chip
+from ..files.atomic import write_json_atomic
+from ..hw.chip import DEFAULT_CHIP, PIPES, Chip, get_chip
 from ..hw.simulator import simulate
 from . import config, loops, ops, sim_output
 from .blocks import BlockGraph, build_block_graph, cube_core_ids, n_core_ids, vector_core_ids
@@ -32,8 +32,6 @@ from .schedule import ExecuteGraph, build_execute_graph
 from .special import REGISTRY as SPECIAL_OPS
 from .tensor import Tensor, Trace, spec_matches
 from .tiling import TileGraph, build_tile_graph
-
-DEFAULT_CHIP = "Ascend910B1"
 
 
 def lower(graph: TensorGraph, chip: Chip, double_buffer: bool) -> tuple[TileGraph, BlockGraph, ExecuteGraph]:

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..fileio import write_text_atomic
+from ..files.atomic import write_text_atomic
 from ..hw.chip import PIPES, Chip
 from ..hw.simulator import Timeline
 from .blocks import core_name

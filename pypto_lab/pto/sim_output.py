@@ -23,7 +23,7 @@ import socket
 import time
 from pathlib import Path
 
-from ..fileio import write_text_atomic
+from ..files.atomic import write_text_atomic
 
 SWIMLANE = ("CostModelSimulationOutput", "merged_swimlane.json")
 

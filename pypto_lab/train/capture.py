@@ -209,7 +209,7 @@ def _without_fake_quant(model: nn.Module):
     """Swap every fake-quantising `ObservedModule` for its float layer while the step is traced
     (their observers branch on Python state the tracer cannot follow) and record the shapes the
     fake quantisation would see; yields the list it fills."""
-    from ..quantization import ObservedModule
+    from ..precision.quantization import ObservedModule
 
     found: list[FakeQuantLayer] = []
     swaps, hooks = [], []

@@ -37,13 +37,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..fileio import write_text_atomic
-from ..hw.chip import Chip, get_chip
-from ..hw.collectives import collective
-from ..kernels.cost import cost
-from ..kernels.ir import AttentionKernel, CubeKernel, KernelSpec, VectorKernel
+from ..files.atomic import write_text_atomic
+from ..hw.chip import DEFAULT_CHIP, Chip, get_chip
+from ..kernels.cost import CostedKernel, KernelCost, cost
+from ..kernels.ir import AttentionKernel, CollectiveKernel, CubeKernel, Kernel, KernelSpec, VectorKernel
 from ..llm.engine import default_topology
 from ..llm.memory import HBMCapacityError
+from ..stack import DEFAULT_LLM_TRAIN_STACK, DEFAULT_TRAIN_STACK, Stack, StackConfigError, Stream, get_stack
 from .capture import StepGraph, block_names, capture_causal_lm, capture_step, forward_blocks, tensor_of
 from .fusion import consumers_of, fuse_vector_chains
 from .kernels import BYTES, Policy, fake_quant_kernels, flat_reduction, kernels_of, policy_of
@@ -59,17 +59,6 @@ OPTIMIZERS = {
 
 class TrainConfigError(ValueError):
     """An argument of `simulate_step` outside its rule; the message names the rule, value and fix."""
-
-
-@dataclass(frozen=True)
-class StepKernel:
-    """One kernel of the step on the compute stream."""
-
-    name: str
-    phase: str            # forward, backward, recompute, optimizer
-    spec: KernelSpec
-    time_us: float
-    start_us: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -119,8 +108,10 @@ class TrainReport:
     fuse_vector: bool = False       # chains of Vector kernels run fused (`pypto_lab.train.fusion`)
     mc2: bool = False               # tensor-parallel collectives fused with their GEMMs (MC2)
     data_wait_ms: float = 0.0       # the NPU idle, waiting for the loader
+    stack: str = ""                 # the software stack the step ran under (`pypto_lab.stack`)
+    host_idle_ms: float = 0.0       # the compute stream idle, waiting for the host's dispatch
     loader: Any = None              # the loader's LoaderProfile, when one was given
-    kernels: list[StepKernel] = field(default_factory=list, repr=False)
+    kernels: list[CostedKernel] = field(default_factory=list, repr=False)
     buckets: list[BucketComm] = field(default_factory=list, repr=False)
     unmapped_ops: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -148,12 +139,13 @@ class TrainReport:
             "peak_hbm_bytes": self.peak_hbm_bytes, "hbm_bytes": self.hbm_bytes, "memory": dict(self.memory),
             "largest_batch": self.largest_batch, "tp": self.tp, "tp_comm_ms": self.tp_comm_ms,
             "topology": self.topology, "fuse_vector": self.fuse_vector, "mc2": self.mc2,
-            "data_wait_ms": self.data_wait_ms, "unmapped_ops": dict(self.unmapped_ops), "notes": list(self.notes),
+            "data_wait_ms": self.data_wait_ms, "stack": self.stack, "host_idle_ms": self.host_idle_ms,
+            "unmapped_ops": dict(self.unmapped_ops), "notes": list(self.notes),
         }
 
     def table(self) -> str:
         gb = 2 ** 30
-        lines = [f"{self.model} training step on {self.cards} x {self.chip}, batch {self.batch}/card"
+        lines = [f"{self.model} training step on {self.cards} x {self.chip} ({self.stack}), batch {self.batch}/card"
                  f"{f' x {self.grad_accum} accumulated' if self.grad_accum > 1 else ''}, {self.precision} "
                  f"amp {self.amp}, {self.optimizer}",
                  f"  forward       {self.forward_ms:9.2f} ms",
@@ -215,25 +207,26 @@ def _captured(model: nn.Module, example_batch, loss_fn, causal: bool) -> StepGra
     return step
 
 
-def _tuned(spec: KernelSpec, chip: Chip) -> float:
-    """A kernel's time: Cube kernels with the fastest tiling of the level-3 search's candidates."""
+def _tuned(spec: KernelSpec, chip: Chip) -> KernelCost:
+    """A kernel's cost: Cube kernels with the fastest tiling of the level-3 search's candidates."""
     if isinstance(spec, CubeKernel):
         return _best_cube(spec, chip)
-    return cost(spec, chip).time_us
+    return cost(spec, chip)
 
 
-_TUNED: dict[tuple[int, CubeKernel], float] = {}
+_TUNED: dict[tuple[int, CubeKernel], KernelCost] = {}
 
 
-def _best_cube(spec: CubeKernel, chip: Chip) -> float:
+def _best_cube(spec: CubeKernel, chip: Chip) -> KernelCost:
     from ..passes.tune_tiling import TuneTiling
 
     key = (id(chip), spec)
     if key not in _TUNED:
-        best = cost(spec, chip).time_us
+        best = cost(spec, chip)
         for tile in TuneTiling().choices(chip, spec):
-            t = cost(CubeKernel(**{**spec.__dict__, "tile": tile}), chip).time_us
-            best = min(best, t)
+            c = cost(CubeKernel(**{**spec.__dict__, "tile": tile}), chip)
+            if c.time_us < best.time_us:
+                best = c
         _TUNED[key] = best
     return _TUNED[key]
 
@@ -272,12 +265,12 @@ def _check(name: str, value, ok: bool, rule: str, fix: str) -> None:
         raise TrainConfigError(f"{name} = {value!r}: {rule}. Fix: {fix}")
 
 
-def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", chip: str | Chip = "Ascend910B1",
+def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", chip: str | Chip = DEFAULT_CHIP,
                   cards: int | None = None, tp: int = 1, precision: str = "fp16", amp: str | None = None,
                   grad_accum: int = 1, checkpoint: bool = False, bucket_mb: float | None = None,
                   loader=None, flash_attention: bool | None = None,
                   sequence_parallel: bool = False, fuse_vector: bool | None = None,
-                  mc2: bool = False) -> TrainReport:
+                  mc2: bool = False, stack: str | Stack | None = None) -> TrainReport:
     """Cost one training step of ``model`` on ``example_batch`` (one card's micro-batch).
 
     ``model``: an ``nn.Module``, a ``DistributedDataParallel`` wrapper (its bucket size is used) or a
@@ -299,10 +292,14 @@ def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", 
     from a transformers config (MindSpeed's ``--use-fused-rmsnorm --use-fused-swiglu
     --use-fused-rotary-pos-emb``) and one kernel per op otherwise (eager torch_npu). ``mc2`` (with
     ``tp > 1``): each tensor-parallel collective runs fused with the GEMM beside it, chunk by
-    chunk (CANN's MC2 operators, MindSpeed's ``--use-mc2``; see `_Plan.tp_collective_us`). Returns a `TrainReport`; a step
-    that does not fit in one card's HBM raises `HBMCapacityError`.
+    chunk (CANN's MC2 operators, MindSpeed's ``--use-mc2``; see `_Plan.tp_collective_us`). ``stack``: the software
+    stack that runs the step (`pypto_lab.stack`: its host dispatch and kernel launch, and the
+    defaults of ``flash_attention`` and ``fuse_vector``: its ``attention_core`` and ``elementwise``
+    fusions); None means MindSpeed for a causal LM built from a transformers config and torch_npu
+    eager otherwise. Returns a `TrainReport`; a step that does not fit in one card's HBM raises
+    `HBMCapacityError`.
     """
-    from .. import distributed
+    from . import distributed
 
     module, ddp_bucket, name, causal = _resolve_model(model)
     if cards is None:
@@ -334,13 +331,18 @@ def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", 
         _check("tp", tp, tp <= per_server, f"tensor-parallel groups stay inside one server ({per_server} cards "
                f"on {topology.name if topology else chip.name}) on HCCS", f"tp<={per_server}")
 
+    try:
+        stack = get_stack(stack if stack is not None else (DEFAULT_LLM_TRAIN_STACK if causal else DEFAULT_TRAIN_STACK))
+    except StackConfigError as e:
+        raise TrainConfigError(str(e)) from None
     step = _captured(module, example_batch, loss_fn, causal)
     plan = _Plan(step=step, name=name, chip=chip, cards=cards, tp=tp, hidden=hidden, topology=topology,
                  policy=policy, precision=precision, optimizer=optimizer, grad_accum=grad_accum,
                  checkpoint=bool(checkpoint), bucket_mb=float(bucket),
-                 flash=bool(causal if flash_attention is None else flash_attention),
+                 flash=bool(stack.applies("attention_core") if flash_attention is None else flash_attention),
                  sequence_parallel=bool(sequence_parallel) and tp > 1,
-                 fuse_vector=bool(causal if fuse_vector is None else fuse_vector), mc2=bool(mc2),
+                 fuse_vector=bool(stack.applies("elementwise") if fuse_vector is None else fuse_vector),
+                 mc2=bool(mc2), stack=stack,
                  vocab=getattr(getattr(module, "config", None), "vocab_size", None) if tp > 1 else None)
     memory, peak, largest, ckpt_saved = plan.memory()
     report = plan.run(memory, peak, largest, ckpt_saved)
@@ -391,6 +393,7 @@ class _Plan:
     vocab: int | None = None
     fuse_vector: bool = False
     mc2: bool = False
+    stack: Stack = field(default_factory=lambda: get_stack(DEFAULT_TRAIN_STACK))
 
     def __post_init__(self):
         self.consumers = consumers_of(self.step.gm.graph.nodes, self.step.base) if self.fuse_vector else {}
@@ -503,14 +506,25 @@ class _Plan:
             return replace(spec, numel=numel)
         return spec
 
+    def tp_spec(self) -> KernelSpec:
+        """The tensor-parallel collective of the hidden state, as a kernel spec (for the report)."""
+        nbytes = int(self.tokens * self.hidden * self.act)
+        return CollectiveKernel("reducescatter" if self.sequence_parallel else "allreduce", nbytes, self.tp,
+                                self.topology)
+
     def tp_allreduce_us(self) -> float:
         """One all-reduce of the hidden state (tokens x hidden) over the tensor-parallel group; with
         sequence parallelism the same bytes move as a reduce-scatter and an all-gather."""
         nbytes = self.tokens * self.hidden * self.act
         if self.sequence_parallel:
-            return (collective("reducescatter", nbytes, self.tp, self.topology).time_us
-                    + collective("allgather", nbytes / self.tp, self.tp, self.topology).time_us)
-        return collective("allreduce", nbytes, self.tp, self.topology).time_us
+            return (self.collective_us("reducescatter", nbytes, self.tp)
+                    + self.collective_us("allgather", nbytes // self.tp, self.tp))
+        return self.collective_us("allreduce", nbytes, self.tp)
+
+    def collective_us(self, kind: str, nbytes: int, cards: int) -> float:
+        """One HCCL collective over ``cards`` cards of the step's topology (its `CollectiveKernel`)."""
+        return cost(CollectiveKernel(kind, int(nbytes), cards, self.topology if cards > 1 else None),
+                    self.chip).time_us
 
     def tp_collective_us(self, block_cube_us: float, n_blocks: int) -> float:
         """The critical-path time of one of a phase's ``2 x n_blocks`` tensor-parallel collectives.
@@ -589,15 +603,22 @@ class _Plan:
         step, policy, chip = self.step, self.policy, self.chip
         unmapped: dict[str, int] = {}
         notes: list[str] = list(step.notes)
-        kernels: list[StepKernel] = []
-        t = 0.0
+        kernels: list[CostedKernel] = []
+        stream = Stream(self.stack)   # the compute stream, kernels launched as the stack launches them
 
         ready_at: dict[torch.fx.Node, float] = {}
         fused_count = [0, 0]   # fused Vector kernels, and the ops they cover
         block_cube_us: dict[str, float] = {}   # the blocks' GEMM time per phase (what MC2 overlaps)
 
+        def place(name: str, phase: str, spec: KernelSpec, kc: KernelCost | float, collective: bool = False,
+                  count: int = 1) -> None:
+            if not isinstance(kc, KernelCost):   # a time worked out here (a collective beyond its MC2 matmul)
+                kc = KernelCost(kc * chip.clock_mhz, kc, 0.0, {}, (), ("link",), bound="link")
+            p = stream.run(kc.time_us, count, collective)
+            kernels.append(CostedKernel(Kernel(name, spec, (), (getattr(spec, "op", spec.kind),), name), kc, count,
+                                        phase=phase, start_us=p.start_us))
+
         def run(nodes, phase: str) -> None:
-            nonlocal t
             items = []
             for node in nodes:
                 specs, mapped = kernels_of(node, policy)
@@ -619,54 +640,49 @@ class _Plan:
             for covered, specs in units:
                 in_block = self.tp > 1 and len(covered) == 1 and self._in_block(covered[0])
                 for spec in specs:
-                    dt = _tuned(spec, chip)
+                    kc = _tuned(spec, chip)
                     if in_block and isinstance(spec, CubeKernel):
-                        block_cube_us[phase] = block_cube_us.get(phase, 0.0) + dt
+                        block_cube_us[phase] = block_cube_us.get(phase, 0.0) + kc.time_us
                     label = covered[0].name if len(covered) == 1 else f"{covered[0].name}..{covered[-1].name}"
-                    kernels.append(StepKernel(f"{getattr(spec, 'op', 'attention')}:{label}", phase, spec, dt, t))
-                    t += dt
+                    place(f"{getattr(spec, 'op', 'attention')}:{label}", phase, spec, kc)
                 for node in covered:
-                    ready_at[node] = t
+                    ready_at[node] = stream.now_us
 
         tp_comm_us = 0.0
         run(step.forward, "forward")
         qat = [fake_quant_kernels(layer, policy) for layer in step.fake_quant]
         for layer, (fwd, _) in zip(step.fake_quant, qat):
             for spec in fwd:
-                dt = _tuned(spec, chip)
-                kernels.append(StepKernel(f"{spec.op}:{layer.name}", "forward", spec, dt, t))
-                t += dt
+                place(f"{spec.op}:{layer.name}", "forward", spec, _tuned(spec, chip))
         n_blocks = len({b for b in self.blocks.values() if b})
         if self.tp > 1:   # two all-reduces of the hidden state per block: after attention and after the MLP
             ar = self.tp_collective_us(block_cube_us.get("forward", 0.0), n_blocks)
             for i in range(2 * n_blocks):
-                kernels.append(StepKernel(f"TP allreduce {i}" + (" (MC2, beyond its matmul)" if self.mc2 else ""),
-                                          "forward", VectorKernel(op="HcomAllReduce", ops=("copy",), numel=1,
-                                                                  dtype="fp32", compute_dtype="fp32", inputs=1), ar, t))
-                t += ar
+                place(f"TP allreduce {i}" + (" (MC2, beyond its matmul)" if self.mc2 else ""), "forward",
+                      self.tp_spec(), ar, collective=True)
             tp_comm_us += 2 * n_blocks * ar
-        forward_us = t
+        forward_us = stream.now_us
         recompute_us = 0.0
         if self.checkpoint:
-            start = t
+            start = stream.now_us
             run([n for n in step.forward if self.blocks.get(n)], "recompute")
-            recompute_us = t - start
-        back_start = t
+            recompute_us = stream.now_us - start
+        back_start = stream.now_us
         run(step.backward, "backward")
         for layer, (_, bwd) in zip(step.fake_quant, qat):
             for spec in bwd:
-                dt = _tuned(spec, chip)
-                kernels.append(StepKernel(f"{spec.op}:{layer.name}", "backward", spec, dt, t))
-                t += dt
+                place(f"{spec.op}:{layer.name}", "backward", spec, _tuned(spec, chip))
         if step.fake_quant:
             notes.append(f"quantisation-aware training: the int8 fake quantisation of {len(step.fake_quant)} layers "
                          "(observer min/max, clamp, round and rescale of input and weight; the straight-through "
                          "gradient) is costed on the Vector unit")
         if self.tp > 1:   # and two in the backward, for the column-parallel inputs' gradients
             ar = self.tp_collective_us(block_cube_us.get("backward", 0.0), n_blocks)
-            t += 2 * n_blocks * ar
+            if n_blocks:
+                place("TP allreduce (backward)" + (" (MC2, beyond its matmul)" if self.mc2 else ""), "backward",
+                      self.tp_spec(), ar, collective=True, count=2 * n_blocks)
             tp_comm_us += 2 * n_blocks * ar
-        backward_end = t
+        backward_end = stream.now_us
         backward_us = backward_end - back_start + recompute_us
         grad_ready = {p: ready_at.get(step.base.get(g, g), backward_end) for p, g in step.grads.items()}
 
@@ -714,20 +730,18 @@ class _Plan:
                 nb = sum(params[p].numel() // shard[p] for p in g) * grad_bytes
                 ready = max(grad_ready[p] for p in g)
                 # every data-parallel group all-reduces its shard at once: the traffic of all cards
-                c = collective("allreduce", nb, self.cards, self.topology)
+                c = self.collective_us("allreduce", nb, self.cards)
                 start = max(ready, free_at)
-                buckets.append(BucketComm(i, nb, ready, start, c.time_us))
-                free_at = start + c.time_us
+                buckets.append(BucketComm(i, nb, ready, start, c))
+                free_at = start + c
         comm_us = sum(b.time_us for b in buckets)
         exposed_us = max(0.0, (buckets[-1].end_us if buckets else 0.0) - backward_end)
 
-        t = backward_end + exposed_us
-        opt_us = 0.0
+        stream.wait(backward_end + exposed_us)
+        opt_start = stream.now_us
         for lab, spec in opt_specs:
-            dt = cost(spec, chip).time_us
-            kernels.append(StepKernel(lab, "optimizer", spec, dt, t))
-            t += dt
-            opt_us += dt
+            place(lab, "optimizer", spec, cost(spec, chip))
+        opt_us = stream.now_us - opt_start
         micro_us = forward_us + backward_us
         step_us = self.grad_accum * micro_us + exposed_us + opt_us
 
@@ -761,6 +775,7 @@ class _Plan:
             exposed_comm_ms=exposed_us / 1e3, step_ms=step_us / 1e3, tokens_per_sample=step.tokens,
             peak_hbm_bytes=peak, hbm_bytes=int(chip.hbm_bytes), memory=memory, largest_batch=largest,
             tp=self.tp, tp_comm_ms=tp_comm_us / 1e3, topology=self.topology.name if self.topology else "",
-            fuse_vector=self.fuse_vector, mc2=self.mc2,
+            fuse_vector=self.fuse_vector, mc2=self.mc2, stack=self.stack.name,
+            host_idle_ms=stream.timeline().idle_us / 1e3 * self.grad_accum,
             kernels=kernels, buckets=buckets, unmapped_ops=unmapped,
             notes=notes)

@@ -19,16 +19,16 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
 
-from .. import __version__
-from ..capture.zoo import load_model
-from ..fileio import write_text_atomic
+from ..compiler.optimize import LEVELS, optimize
+from ..files.atomic import write_text_atomic
 from ..hw.chip import get_chip, list_chips
-from ..optimize import LEVELS, optimize
+from ..models.zoo import load_model
 from . import views
 
 DEFAULT_CHIPS = ("Ascend910A", "Ascend910B1")
@@ -295,7 +295,7 @@ def render_html(tour: TourReport) -> str:
     out = [f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>pypto_lab tour</title>"
            f"<style>{_CSS}</style></head><body>",
            "<h1>pypto_lab tour: PyTorch models on simulated Ascend NPUs</h1>",
-           f"<p class=note>pypto_lab {html.escape(__version__)}; precision {html.escape(tour.precision)}. "
+           f"<p class=note>pypto_lab {html.escape(version('pypto_lab'))}; precision {html.escape(tour.precision)}. "
            "Every number and figure below comes from the simulator (no NPU was used); "
            f"the report took {tour.seconds:,.1f} s to compute.</p>",
            "<h2>The chips</h2>", _table(CHIP_HEADERS, chip_rows(), numeric_from=2)]

@@ -614,7 +614,7 @@ def level0_report(optimized, level0=None):
     if om is None or inputs is None or inputs[1]:
         raise ValueError(f"this level-{report.level} report needs its level-0 start: pass "
                          "level0=optimize(model, inputs, chip=..., level=0) (or its report)")
-    from ..optimize import optimize
+    from ..compiler.optimize import optimize
 
     return optimize(om.model, tuple(inputs[0]), chip=report.chip, level=0, precision=report.precision).report()
 

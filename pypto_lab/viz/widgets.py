@@ -61,7 +61,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
 from ..hw.capabilities import as_epilogue
-from ..hw.chip import DTYPE_BYTES, PIPES, get_chip
+from ..hw.chip import DEFAULT_CHIP, DTYPE_BYTES, PIPES, get_chip
 from ..hw.kernels import VECTOR_OPS, simulate_matmul, simulate_vector
 from ..hw.tiling import CubeTile, TilingError, VecTile, ceil_align, cube_tile_bytes, default_vec_tile
 from . import views
@@ -495,7 +495,7 @@ class TilingExplorer(_Explorer):
 
     buffers = views.TILING_BUFFERS
 
-    def __init__(self, m: int, k: int, n: int, chip="Ascend910B1", dtype: str = "fp16", batch: int = 1,
+    def __init__(self, m: int, k: int, n: int, chip=DEFAULT_CHIP, dtype: str = "fp16", batch: int = 1,
                  epilogue: str = "none", tile: CubeTile | dict | None = None, double_buffer: bool = True,
                  core: int | None = None, render: bool = True, dpi: int = EXPLORER_DPI):
         super().__init__(chip, core, render, dpi)
@@ -605,7 +605,7 @@ class VectorTilingExplorer(_Explorer):
 
     buffers = ("UB",)
 
-    def __init__(self, op: str, numel: int, row_len: int | None = None, chip="Ascend910B1", dtype: str = "fp16",
+    def __init__(self, op: str, numel: int, row_len: int | None = None, chip=DEFAULT_CHIP, dtype: str = "fp16",
                  tile: VecTile | dict | None = None, double_buffer: bool = True, core: int | None = None,
                  render: bool = True, dpi: int = EXPLORER_DPI):
         super().__init__(chip, core, render, dpi)
@@ -679,12 +679,12 @@ class VectorTilingExplorer(_Explorer):
                          refused=self.report is None)]
 
 
-def tiling_explorer(m: int, k: int, n: int, chip="Ascend910B1", dtype: str = "fp16", **kwargs) -> TilingExplorer:
+def tiling_explorer(m: int, k: int, n: int, chip=DEFAULT_CHIP, dtype: str = "fp16", **kwargs) -> TilingExplorer:
     """The tiling explorer of a Cube kernel (see `TilingExplorer`)."""
     return TilingExplorer(m, k, n, chip=chip, dtype=dtype, **kwargs)
 
 
-def vector_tiling_explorer(op: str, numel: int, row_len: int | None = None, chip="Ascend910B1",
+def vector_tiling_explorer(op: str, numel: int, row_len: int | None = None, chip=DEFAULT_CHIP,
                            **kwargs) -> VectorTilingExplorer:
     """The tiling explorer of a Vector kernel (see `VectorTilingExplorer`)."""
     return VectorTilingExplorer(op, numel, row_len, chip=chip, **kwargs)

@@ -1,0 +1,101 @@
+"""The command line's LLM and validation commands: ``pypto-lab llm`` (one batch: TTFT, TPOT,
+HBM), ``pypto-lab serve`` (a stream of requests under continuous batching) and ``pypto-lab
+validate`` (whole models against published Ascend throughput)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from ..files.atomic import write_json_atomic
+from ..hw.chip import DEFAULT_CHIP
+from ..llm import known_models, serve, simulate_generation
+from ..stack import DEFAULT_LLM_STACK, get_stack, list_stacks
+from ..validation.validate import validate
+
+
+def _rate(text: str) -> float:
+    v = float(text)
+    if math.isnan(v):
+        raise argparse.ArgumentTypeError(f"--rate {text}: a number of requests per second, or inf")
+    return v
+
+
+def _model_help() -> str:
+    return f"a known name ({', '.join(known_models())}) or a config.json path"
+
+
+def _stack(args):
+    """The --stack preset, with --launch-us in place of its per-kernel launch when given."""
+    stack = get_stack(args.stack)
+    return stack if args.launch_us is None else stack.with_values(launch_us=args.launch_us)
+
+
+def cmd_llm(args) -> int:
+    rep = simulate_generation(args.model, batch=args.batch, prompt_len=args.prompt, output_len=args.output,
+                              chip=args.chip, cards=args.cards, tp=args.tp, precision=args.precision,
+                              kv_dtype=args.kv_dtype, stack=_stack(args))
+    print(rep.table())
+    if args.json:
+        write_json_atomic(args.json, rep.to_dict())
+        print(f"wrote {args.json}")
+    return 0
+
+
+def cmd_serve(args) -> int:
+    rep = serve(args.model, chip=args.chip, requests=args.requests, rate=args.rate, seed=args.seed, cards=args.cards,
+                scheduler=args.scheduler, max_batched_tokens=args.max_batched_tokens, block_size=args.block_size,
+                precision=args.precision, kv_dtype=args.kv_dtype, stack=_stack(args), lengths=args.lengths,
+                progress=not args.quiet)
+    print(rep.summary())
+    if args.json:
+        write_json_atomic(args.json, rep.to_dict())
+        print(f"wrote {args.json}")
+    return 0
+
+
+def cmd_validate(args) -> int:
+    rep = validate(chip=args.chip, level=args.level, progress=not args.quiet)
+    print(rep.table())
+    if args.json:
+        write_json_atomic(args.json, rep.to_dict())
+        print(f"wrote {args.json}")
+    return 0
+
+
+def add_llm_commands(sub) -> None:
+    """Register ``llm`` and ``serve`` on the main parser's subcommands."""
+    g = sub.add_parser("llm", help="prefill and decode of one batch of an LLM: TTFT, TPOT, throughput, HBM per card")
+    g.add_argument("model", help=_model_help())
+    g.add_argument("--batch", type=int, default=1)
+    g.add_argument("--prompt", type=int, default=1024, help="prompt tokens per sequence (default 1024)")
+    g.add_argument("--output", type=int, default=256, help="output tokens per sequence (default 256)")
+    s = sub.add_parser("serve", help="serve a Poisson stream of requests with continuous batching")
+    s.add_argument("model", help=_model_help())
+    s.add_argument("--rate", type=_rate, default=10.0, help="requests per second (inf: all at once; default 10)")
+    s.add_argument("--requests", type=int, default=1000)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--scheduler", choices=["continuous", "static"], default="continuous")
+    s.add_argument("--max-batched-tokens", type=int, default=8192)
+    s.add_argument("--block-size", type=int, default=128)
+    s.add_argument("--lengths", help="a CSV trace with columns prompt_tokens,output_tokens[,arrival_s]")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    for q in (g, s):
+        q.add_argument("--chip", default=DEFAULT_CHIP)
+        q.add_argument("--cards", type=int, default=1)
+        q.add_argument("--precision", default="fp16", help="fp16, bf16, w8a16 or w8a8")
+        q.add_argument("--kv-dtype", default=None, help="fp16, bf16 or int8 (default: the precision's)")
+        q.add_argument("--stack", default=DEFAULT_LLM_STACK,
+                       help=f"the software stack running the steps: {', '.join(list_stacks())} (default {DEFAULT_LLM_STACK})")
+        q.add_argument("--launch-us", type=float, default=None,
+                       help="the device-side launch cost of each kernel, in place of the stack's (microseconds)")
+        q.add_argument("--json", help="also write the report as JSON")
+    g.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: all cards)")
+    g.set_defaults(func=cmd_llm)
+    s.set_defaults(func=cmd_serve)
+    v = sub.add_parser("validate", help="whole models against published Ascend throughput (datasets/published/)")
+    v.add_argument("--chip", default=None, help="only this chip's rows (default: every row)")
+    v.add_argument("--level", type=int, default=3, help="optimisation level (default 3)")
+    v.add_argument("--quiet", action="store_true", help="no progress bar")
+    v.add_argument("--json", help="also write the rows and errors as JSON")
+    v.set_defaults(func=cmd_validate)

@@ -1,0 +1,258 @@
+"""Lowering: an ATen node becomes the kernel spec an untuned, unfused NPU operator would run, and
+a graph's annotated nodes become its list of kernels.
+
+This is the one place that reads ATen operator names and argument positions to size a kernel
+(a convolution's implicit GEMM, a linear layer's bias, an int8 layer's scale argument); `map_ops`
+calls it once per node, and every later pass refines the spec it made. `kernels_of` reads only
+the typed annotations (``node.group``, ``node.kernel``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from math import prod
+
+from ..capture.graph import Graph, Node
+from ..hw.capabilities import CoreCapabilities, capabilities
+from ..hw.chip import Chip
+from ..hw.kernels import VECTOR_OPS, Im2col
+from ..kernels.ir import (
+    AttentionKernel,
+    CubeKernel,
+    Decomposed,
+    HostKernel,
+    InputQuant,
+    Kernel,
+    KernelSpec,
+    VectorKernel,
+)
+
+CONVS = ("conv2d", "convolution", "_convolution", "conv1d", "conv2d_int8")
+# pypto_lab.quantization's int8 layers: int8 on the Cube whatever the precision; the value is the
+# index of their input-scale argument (None there: a dynamic scale, a max-reduction over the input)
+INT8_LAYERS = {"linear_int8": 4, "conv2d_int8": 8}
+# Vector operators whose work is sized by their (larger) input rather than their output
+REDUCING = ("max_pool2d", "adaptive_avg_pool2d", "avg_pool2d", "sum", "mean", "amax", "max")
+
+
+GROUPED_MATMULS = ("_grouped_mm", "grouped_mm_fallback")  # a mixture of experts' matmul (GroupedMatmul)
+
+
+def storage_dtypes(chip: Chip, precision: str) -> tuple[str, str]:
+    """(what the Cube multiplies, what GM holds for Vector kernels) before any precision pass: the
+    run's precision where the chip has it, fp16 otherwise; int8 starts as fp16 (`quantize_int8`
+    turns the Cube kernels to int8)."""
+    cube = precision if precision != "int8" and chip.cube.supports(precision) else "fp16"
+    vector = precision if precision in ("fp16", "bf16", "fp32") else "fp16"
+    return cube, vector
+
+
+def _shape(graph: Graph, name: str) -> tuple[int, ...]:
+    info = graph.info(name)
+    return info.shape if info is not None else ()
+
+
+def gemm_dims(graph: Graph, node: Node) -> tuple[int, int, int, int]:
+    """(batch, M, K, N) of a Cube ATen node (a convolution as implicit GEMM, groups as batch)."""
+    op = node.op
+    if op in CONVS:
+        x, w = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1])
+        out = node.outputs[0].shape
+        at = 8 if op in ("convolution", "_convolution") else 6  # aten.convolution has transposed, output_padding
+        g = node.args[at] if len(node.args) > at else node.kwargs.get("groups", 1)
+        groups = g if isinstance(g, int) and not isinstance(g, bool) and g > 0 else 1
+        spatial = prod(out[2:]) if len(out) > 2 else 1
+        dims = groups, out[0] * spatial, (x[1] // groups) * prod(w[2:]), w[0] // groups
+    elif op in ("linear", "linear_int8"):
+        x, w = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1])
+        dims = 1, prod(x[:-1]), x[-1], w[0]
+    elif op == "addmm":
+        a, b = _shape(graph, node.inputs[1]), _shape(graph, node.inputs[2])
+        dims = 1, a[0], a[1], b[1]
+    elif op in GROUPED_MATMULS:
+        # S tokens (sorted by expert) times their expert's [K, N] weight. How many tokens each expert
+        # gets is data, not shape: costed as spread evenly over as many experts as there are tokens
+        # (at most E), each such expert a batch entry whose whole weight is read
+        x, w = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1])
+        experts = min(w[0], x[0]) if x[0] else 1
+        dims = experts, -(-x[0] // max(experts, 1)), x[-1], w[-1]
+    else:
+        a, b = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1])
+        if len(a) == 1:
+            a = (1, *a)
+        if len(b) == 1:
+            b = (*b, 1)
+        batch = prod(a[:-2]) if len(a) > 2 else (prod(b[:-2]) if len(b) > 2 else 1)
+        dims = batch, a[-2], a[-1], b[-1]
+    return tuple(max(int(d), 1) for d in dims)
+
+
+def _has_bias(node: Node) -> bool:
+    """A bias argument the Cube kernel adds (linear, addmm, a convolution or an int8 layer with one)."""
+    op = node.op
+    if op == "addmm":
+        return True
+    if op in ("linear",) or op in CONVS or op in INT8_LAYERS:
+        return len(node.args) > 2 and node.args[2] is not None
+    return False
+
+
+def cube_kernel(graph: Graph, node: Node, chip: Chip, precision: str) -> CubeKernel:
+    """The Cube kernel of a matmul or convolution node, unfused: bias (if any) in its epilogue."""
+    caps = capabilities(chip)
+    batch, m, k, n = gemm_dims(graph, node)
+    op = node.npu.name if node.npu is not None else "MatMulV2"
+    if node.op in INT8_LAYERS:  # int8 weights and activations, dequantised to fp16 on the way out
+        x = graph.info(node.inputs[0])
+        scale_at = INT8_LAYERS[node.op]
+        dynamic = len(node.args) > scale_at and node.args[scale_at] is None
+        quant = InputQuant(x.numel, x.shape[-1], dynamic) if x is not None and x.numel else None
+        return CubeKernel(op, batch, m, k, n, "int8", "fp16", caps.place(bias=_has_bias(node), dequant=True),
+                          quantize_input=quant, im2col=conv_im2col(graph, node))
+    dtype, _ = storage_dtypes(chip, precision)
+    return CubeKernel(op, batch, m, k, n, dtype, dtype, caps.place(bias=_has_bias(node)), im2col=conv_im2col(graph, node))
+
+
+def conv_im2col(graph: Graph, node: Node) -> Im2col | None:
+    """A 2-D convolution's geometry for its load3d A reads (None for other Cube ops)."""
+    if node.op not in CONVS:
+        return None
+    x, w, out = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1]), node.outputs[0].shape
+    if len(x) != 4 or len(w) != 4 or len(out) != 4:
+        return None
+    stride = node.args[3] if len(node.args) > 3 else node.kwargs.get("stride", 1)
+    s = stride[0] if isinstance(stride, (list, tuple)) and stride else stride
+    s = s if isinstance(s, int) and s > 0 else 1
+    return Im2col(int(x[3]), int(out[3]), int(w[2]), int(w[3]), s)
+
+
+def streamed_inputs(graph: Graph, nodes: list[Node], numel: int) -> list[str]:
+    """Inputs from outside the kernel that stream through it: tensors at least an eighth of the
+    output's size (per-channel parameters such as BatchNorm's are small and stay in UB)."""
+    inside = {n.name for n in nodes}
+    seen = []
+    for n in nodes:
+        for i in n.inputs:
+            if i not in inside and i not in seen:
+                info = graph.info(i)
+                if info is not None and info.numel * 8 >= numel:
+                    seen.append(i)
+    return seen
+
+
+def vector_kernel(graph: Graph, nodes: list[Node], dtype: str, compute_dtype: str) -> VectorKernel:
+    """One Vector kernel doing the work of ``nodes`` (a single operator, or a fused chain with the
+    views between its members): each member's vector operator on every tile, reading the tensors
+    that stream in from GM and writing the last member's output once."""
+    work = [n for n in nodes if n.unit in ("vector", "move")]
+    ops = tuple(n.npu.vector_op or "copy" for n in work)
+    last = work[-1]
+    out = last.outputs[0] if last.outputs else None
+    inp = graph.info(work[0].inputs[0]) if work[0].inputs else None
+    reads_more = inp is not None and work[0].op in REDUCING
+    numel = max(out.numel if out else 1, inp.numel if reads_more else 0, 1)
+    row_len = None
+    if any(VECTOR_OPS[o].row_wise for o in ops):
+        shape = inp.shape if inp is not None else (numel,)
+        row_len = shape[-1] if shape and shape[-1] and numel % shape[-1] == 0 else numel
+    names = "+".join(dict.fromkeys(n.npu.name for n in work))
+    return VectorKernel(names, ops, numel, dtype, compute_dtype, len(streamed_inputs(graph, work, numel)), row_len)
+
+
+def primitive_kernels(node: Node, prims: list[str], dtype: str, compute_dtype: str) -> Decomposed:
+    """A composite run as primitive Vector kernels over its output, one GM round trip each."""
+    out = node.outputs[0]
+    numel = max(out.numel, 1)
+    row = out.shape[-1] if out.shape else 1
+    parts = tuple(VectorKernel(node.npu.name, (p,), numel, dtype, compute_dtype, None,
+                               row if VECTOR_OPS[p].row_wise else None) for p in prims)
+    return Decomposed(node.npu.name, parts)
+
+
+def attention_kernel(graph: Graph, node: Node, chip: Chip, precision: str) -> AttentionKernel:
+    """Scaled-dot-product attention, unfused: Q K^T and P V on the Cube with the scores in GM.
+    Its matmuls keep fp16 at int8 (scores and probabilities are not quantised)."""
+    q, kk = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1])
+    dtype, _ = storage_dtypes(chip, precision)
+    return AttentionKernel(prod(q[:-2]), q[-2], kk[-2], q[-1], dtype)
+
+
+def host_kernel(graph: Graph, node: Node) -> HostKernel:
+    infos = [graph.info(x) for x in node.inputs]
+    return HostKernel(node.target, sum(i.nbytes for i in infos if i is not None),
+                      sum(o.nbytes for o in node.outputs))
+
+
+def lower(graph: Graph, node: Node, chip: Chip, precision: str) -> KernelSpec | None:
+    """The spec of ``node`` run as its own kernel on ``chip`` at ``precision`` (None for a view)."""
+    unit = node.unit
+    if unit in (None, "free"):
+        return None
+    if unit == "cpu":
+        return host_kernel(graph, node)
+    if node.npu.custom is not None:
+        return node.npu.custom(graph, node, chip, precision)
+    if unit == "cube":
+        return cube_kernel(graph, node, chip, precision)
+    if unit == "composite":
+        return attention_kernel(graph, node, chip, precision)
+    _, vdt = storage_dtypes(chip, precision)
+    return vector_kernel(graph, [node], vdt, vdt)
+
+
+def with_epilogue(spec: CubeKernel, caps: CoreCapabilities, **stages) -> CubeKernel:
+    """``spec`` with some epilogue stages changed, every stage placed again for the core version."""
+    e = spec.epilogue
+    now = {"bias": e.bias, "dequant": e.dequant, "residual": e.residual, "activation": e.activation,
+           "quant": e.quant}
+    now.update(stages)
+    return replace(spec, epilogue=caps.place(**now))
+
+
+# ---- the kernels of a graph -----------------------------------------------------------------------
+
+def kernel_name(anchor: Node, spec: KernelSpec) -> str:
+    """"Conv2D:layer1.0.conv1": the NPU operator a kernel runs and where it comes from."""
+    where = anchor.module or anchor.name
+    if spec.unit == "cpu":
+        return f"cpu:{anchor.op}:{where}"
+    if isinstance(spec, AttentionKernel):
+        return f"{spec.op if not spec.flash else anchor.npu.name}:{where}"
+    name = anchor.npu.name if anchor.npu is not None and anchor.npu.name else getattr(spec, "op", anchor.op)
+    return f"{name}:{where}"
+
+
+def kernels_of(graph: Graph) -> list[Kernel]:
+    """The graph's kernels in the order of their first node: each group of nodes (``node.group``)
+    or single node with a spec; a Decomposed composite gives one kernel per primitive."""
+    members: dict[str, list[Node]] = {}
+    order: list[str] = []
+    for n in graph.nodes:
+        key = n.group or n.name
+        if n.group is None and n.kernel is None:
+            continue  # a view, or a node not lowered yet
+        if key not in members:
+            members[key] = []
+            order.append(key)
+        members[key].append(n)
+    producers = graph.producers()
+    out: list[Kernel] = []
+    for key in order:
+        anchor = producers[key]
+        spec = anchor.kernel
+        if spec is None:
+            raise ValueError(f"kernel {key!r} has members but its anchor has no spec: a pass grouped nodes "
+                             "under a node it did not lower")
+        nodes = tuple(n.name for n in members[key])
+        ops = tuple(n.target for n in members[key] if n.unit != "free")
+        if isinstance(spec, Decomposed):
+            for i, part in enumerate(spec.parts):
+                out.append(Kernel(f"{spec.op}.{i}:{anchor.module or anchor.name}", part, nodes,
+                                  tuple(f"{t} ({p})" for t in ops for p in getattr(part, "ops", ())), key))
+        else:
+            out.append(Kernel(kernel_name(anchor, spec), spec, nodes, ops, key))
+    return out
+
+
+__all__ = ["CONVS", "INT8_LAYERS", "attention_kernel", "cube_kernel", "gemm_dims", "host_kernel", "kernels_of",
+           "lower", "primitive_kernels", "storage_dtypes", "streamed_inputs", "vector_kernel", "with_epilogue"]

@@ -1,0 +1,160 @@
+"""The one model of how a stack runs a step's kernels: host dispatch, device launch, overlap.
+
+Every front end costs a step through here (`optimize`'s schedule, an LLM engine step, a training
+step), so a stack's constants mean the same thing everywhere.
+
+On one stream, in order: the host spends ``step_host_us`` first, then dispatches each kernel
+(``dispatch_us`` each); the device starts a kernel when the one before it has ended and the host
+has dispatched it, and spends ``launch_us`` launching it before its own time. With
+``host_device_overlap`` the host runs ahead (an asynchronous task queue), so the step is bound by
+whichever is slower; without it an eager host waits for each kernel to end before it dispatches
+the next (a graph or a sunk model has its kernels on the device already: nothing to wait for). A collective's launch is HCCL's, inside its own time (`pypto_lab.hw.collectives`): the stack
+adds no launch to it. A kernel run ``count`` times in a row (a layer's kernel over ``layers``
+layers) is placed in closed form: with ``u`` its device time plus launch and ``h`` the dispatch,
+the last run ends at ``max(F + c u, H + h + (c - 1) max(h, u) + u)`` (``F`` the device free, ``H``
+the host clock), the recurrence of placing them one by one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .preset import Stack
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What the stack needs of a kernel: its time on the device per run, how many runs in a row, and
+    whether it is a collective (launched by HCCL)."""
+
+    device_us: float
+    count: int = 1
+    collective: bool = False
+
+
+@dataclass(frozen=True)
+class Placed:
+    """Where a kernel's runs sit on the step: the first run's start, the last run's end, and the
+    stack's launch cost charged to each run."""
+
+    start_us: float
+    end_us: float
+    launch_us: float
+
+
+@dataclass(frozen=True)
+class StepTimeline:
+    """A step on one stream: each kernel's place, the step's length and where it went."""
+
+    placed: tuple[Placed, ...]
+    step_us: float
+    device_us: float      # the kernels' own time
+    launch_us: float      # the stack's device-side launches
+    host_us: float        # step host time + every dispatch
+    stack: str
+
+    @property
+    def idle_us(self) -> float:
+        """Device time spent waiting for the host (dispatch, step host time)."""
+        return max(0.0, self.step_us - self.device_us - self.launch_us)
+
+    @property
+    def host_bound(self) -> bool:
+        """The device waits for the host for more than a tenth of the step."""
+        return self.idle_us > 0.1 * self.step_us
+
+
+def host_waits(stack: Stack) -> bool:
+    """Whether the host waits for each kernel before it dispatches the next: an eager stack without
+    an asynchronous queue. A graph or a sunk model has its kernels on the device already."""
+    return stack.runs == "eager" and not stack.host_device_overlap
+
+
+def launch_cost(stack: Stack, collective: bool) -> float:
+    """The stack's device-side launch of one kernel run (none for a collective: HCCL's is in its time)."""
+    return 0.0 if collective else stack.launch_us
+
+
+class Stream:
+    """One stream of a step under a stack, filled in program order: `run` places the next kernel
+    (``count`` runs in a row) and returns where it sits; `timeline` sums the step up."""
+
+    def __init__(self, stack: Stack, start_us: float = 0.0):
+        self.stack = stack
+        self.start = start_us
+        self.host = start_us + stack.step_host_us   # when the host dispatches the next kernel
+        self.free = start_us                        # when the device has finished the last one
+        self.placed: list[Placed] = []
+        self.device = self.launched = 0.0
+        self.dispatches = 0
+
+    @property
+    def now_us(self) -> float:
+        """When the last kernel placed so far ends."""
+        return self.free
+
+    def run(self, device_us: float, count: int = 1, collective: bool = False) -> Placed:
+        """Place ``count`` runs of a kernel taking ``device_us`` each on the device."""
+        c = int(count)
+        if c <= 0:
+            p = Placed(self.free, self.free, 0.0)
+            self.placed.append(p)
+            return p
+        stack, h = self.stack, self.stack.dispatch_us
+        launch = launch_cost(stack, collective)
+        u = device_us + launch
+        if not host_waits(stack):
+            first = max(self.free, self.host + h)
+            end = max(self.free + c * u, self.host + h + (c - 1) * max(h, u) + u)
+            self.host += c * h
+        else:  # the host dispatches a run, waits for it, dispatches the next
+            first = max(self.free, self.host) + h
+            end = max(self.free, self.host) + c * (h + u)
+            self.host = end
+        p = Placed(first, end, launch)
+        self.placed.append(p)
+        self.free = end
+        self.device += c * device_us
+        self.launched += c * launch
+        self.dispatches += c
+        return p
+
+    def wait(self, until_us: float) -> None:
+        """The stream waits for an event of another stream (a collective it depends on)."""
+        self.free = max(self.free, until_us)
+        self.host = max(self.host, until_us) if host_waits(self.stack) else self.host
+
+    def timeline(self) -> StepTimeline:
+        return StepTimeline(tuple(self.placed), self.free - self.start, self.device, self.launched,
+                            self.stack.step_host_us + self.dispatches * self.stack.dispatch_us, self.stack.name)
+
+
+def run_in_order(kernels: Sequence[Launch], stack: Stack, start_us: float = 0.0) -> StepTimeline:
+    """Place ``kernels`` one after another on one stream under ``stack`` (see the module docstring)."""
+    stream = Stream(stack, start_us)
+    for k in kernels:
+        stream.run(k.device_us, k.count, k.collective)
+    return stream.timeline()
+
+
+class HostClock:
+    """The host side of a step, for schedules that place kernels on several streams: when each
+    kernel, in program order, has been dispatched."""
+
+    def __init__(self, stack: Stack, start_us: float = 0.0):
+        self.stack = stack
+        self.t = start_us + stack.step_host_us
+
+    def dispatch(self) -> float:
+        """Dispatch the next kernel; the time from which the device may start it."""
+        self.t += self.stack.dispatch_us
+        return self.t
+
+    def kernel_ended(self, end_us: float) -> None:
+        """A host that does not run ahead waits for each kernel to end before the next dispatch."""
+        if host_waits(self.stack):
+            self.t = max(self.t, end_us)
+
+
+__all__ = ["HostClock", "Launch", "Placed", "StepTimeline", "Stream", "launch_cost", "run_in_order"]

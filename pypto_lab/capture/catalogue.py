@@ -95,7 +95,7 @@ def _entries() -> dict[str, NpuOp]:
     }
     free = ("view", "reshape", "_unsafe_view", "flatten", "unflatten", "squeeze", "unsqueeze", "expand",
             "permute", "transpose", "t", "select", "slice", "narrow", "split", "split_with_sizes", "chunk",
-            "unbind", "alias", "detach", "lift_fresh_copy", "getitem", "view_as", "expand_as", "identity",
+            "unbind", "alias", "detach", "detach_", "lift_fresh_copy", "getitem", "view_as", "expand_as", "identity",
             "sym_size", "_assert_tensor_metadata", "unsafe_split")
     composite = {
         "scaled_dot_product_attention": "FlashAttentionScore",

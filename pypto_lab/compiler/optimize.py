@@ -9,8 +9,9 @@ Optimisation levels are `Pipeline`s of configured pass instances:
 
 * 0: op mapping, decomposition of composites (every primitive its own kernel), the naive
   128 x 128 / K-by-64 Cube tiling;
-* 1: + BatchNorm folding, Conv+BN+ReLU and matmul-epilogue fusion, fused LayerNorm, fused
-  attention, element-wise chain fusion; default tilings (roofline estimate);
+* 1: + merged parallel matmuls, fused RMSNorm, RoPE, SwiGLU and KV-cache writes, BatchNorm folding, Conv+BN+ReLU
+  and matmul-epilogue fusion, fused LayerNorm, fused attention, element-wise chain fusion; default
+  tilings (roofline estimate). The software stack decides which of these fusions run;
 * 2: + device layouts NC1HWC0 / FRACTAL_NZ with the TransData they need, and GM buffer reuse;
 * 3: + tiling search with the simulator (`tune_tiling`) and scheduling on two streams, which
   may change the order of computation (overlaps AIC-only and AIV-only kernels on 910B).
@@ -46,7 +47,12 @@ from ..passes.fold_batchnorm import FoldBatchNorm
 from ..passes.fuse_composites import FuseAttention, FuseLayerNorm
 from ..passes.fuse_conv_bn_relu import FuseConvBnRelu
 from ..passes.fuse_elementwise import FuseElementwise
+from ..passes.fuse_kv_write import FuseKvWrite
+from ..passes.fuse_rmsnorm import FuseRmsNorm
+from ..passes.fuse_rope import FuseRope
+from ..passes.fuse_swiglu import FuseSwiGlu
 from ..passes.layout import AssignLayout
+from ..passes.merge_matmuls import MergeMatmuls
 from ..passes.mixed_precision import MixedPrecision
 from ..passes.naive_tiling import NaiveTiling
 from ..passes.op_mapping import MapOps, fallbacks
@@ -67,7 +73,10 @@ class Pipeline:
 
 
 _PRECISION = (MixedPrecision(), QuantizeInt8())
-_FUSION = (FoldBatchNorm(), FuseConvBnRelu(), FuseLayerNorm(), FuseAttention(), FuseElementwise())
+# the LLM patterns (merged projections, RMSNorm, RoPE, SwiGLU) first: the SiLU must reach its multiply
+# before the epilogue fusion can put it on the gate projection
+_FUSION = (MergeMatmuls(), FuseRmsNorm(), FuseRope(), FuseSwiGlu(), FuseKvWrite(), FoldBatchNorm(), FuseConvBnRelu(), FuseLayerNorm(),
+           FuseAttention(), FuseElementwise())
 LEVELS: dict[int, Pipeline] = {
     0: Pipeline((MapOps(), Decompose(), *_PRECISION, NaiveTiling())),
     1: Pipeline((MapOps(), Decompose(), *_FUSION, *_PRECISION)),

@@ -1,7 +1,7 @@
 """The attention costers: an `AttentionKernel` on the FlashAttention tile program (online softmax,
-one kernel) or on the unfused three-kernel sequence (`simulate_attention`), and an LLM's
-attention kernels derived from it: `PromptAttentionKernel` (causal block skipping over a prefill
-chunk) and `IncreAttentionKernel` (a decode step over the paged KV cache).
+one kernel) or on the unfused three-kernel sequence (`simulate_attention`), and the kernels derived
+from it: causal FlashAttention (block skipping above the diagonal: an LLM's PromptFlashAttention
+over a prefill chunk) and `IncreAttentionKernel` (a decode step over the paged KV cache).
 
 The derivations take the cost of the underlying fused attention from a function, so the exact
 costers here and the grid strategy (`pypto_lab.kernels.grid`) share them.
@@ -9,32 +9,37 @@ costers here and the grid strategy (`pypto_lab.kernels.grid`) share them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from ..hw.attention import default_attention_blocks, simulate_attention
 from ..hw.chip import Chip
 from .cost import KernelCost, cost, coster, split_resources
-from .ir import AttentionKernel, IncreAttentionKernel, PromptAttentionKernel
+from .ir import AttentionKernel, IncreAttentionKernel
 
 
 @coster(AttentionKernel)
 def cost_attention(spec: AttentionKernel, chip: Chip) -> KernelCost:
+    if spec.flash and spec.causal:
+        return causal_attention(spec, chip, lambda a: cost(a, chip))
     blocks = {"block_q": spec.block_q, "block_k": spec.block_k} if spec.flash and spec.block_q else {}
     r = simulate_attention(spec.batch_heads, spec.s_q, spec.s_k, spec.d, dtype=spec.dtype, chip=chip,
                            fused=spec.flash, **blocks)
     return KernelCost.of([r], split_resources(chip, "AIC", "AIV"))
 
 
-def prompt_attention(spec: PromptAttentionKernel, chip: Chip,
+def causal_attention(spec: AttentionKernel, chip: Chip,
                      fused: Callable[[AttentionKernel], KernelCost]) -> KernelCost:
-    """PromptFlashAttention from the fused kernel without a mask over all ``past + s_q`` keys
-    (``fused(AttentionKernel)``): causal block skipping keeps the (query block, key block) pairs at
-    or below the diagonal, which the chip's default block sizes give."""
-    s_k = spec.past + spec.s_q
-    full = fused(AttentionKernel(spec.seqs * spec.heads, spec.s_q, s_k, spec.d, spec.dtype, flash=True))
-    bq, bk = default_attention_blocks(chip, spec.s_q, s_k, spec.d, spec.dtype)[:2]
-    nq, nk = -(-spec.s_q // bq), -(-s_k // bk)
-    kept = sum(min(nk, -(-(spec.past + (i + 1) * bq) // bk)) for i in range(nq))
+    """Causal FlashAttention (PromptFlashAttention over a prefill chunk of ``s_q`` tokens after
+    ``s_k - s_q`` cached ones) from the fused kernel without a mask (``fused``): block skipping
+    keeps the (query block, key block) pairs at or below the diagonal, which the chip's default
+    block sizes (or the spec's) give."""
+    full = fused(dataclasses.replace(spec, causal=False))
+    past = spec.s_k - spec.s_q
+    bq, bk = (spec.block_q, spec.block_k) if spec.block_q else \
+        default_attention_blocks(chip, spec.s_q, spec.s_k, spec.d, spec.dtype)[:2]
+    nq, nk = -(-spec.s_q // bq), -(-spec.s_k // bk)
+    kept = sum(min(nk, -(-(past + (i + 1) * bq) // bk)) for i in range(nq))
     return full.scaled(kept / (nq * nk))
 
 
@@ -49,14 +54,9 @@ def incre_attention(spec: IncreAttentionKernel, fused: Callable[[AttentionKernel
     return c
 
 
-@coster(PromptAttentionKernel)
-def cost_prompt_attention(spec: PromptAttentionKernel, chip: Chip) -> KernelCost:
-    return prompt_attention(spec, chip, lambda a: cost(a, chip))
-
-
 @coster(IncreAttentionKernel)
 def cost_incre_attention(spec: IncreAttentionKernel, chip: Chip) -> KernelCost:
     return incre_attention(spec, lambda a: cost(a, chip))
 
 
-__all__ = ["cost_attention", "cost_incre_attention", "cost_prompt_attention", "incre_attention", "prompt_attention"]
+__all__ = ["causal_attention", "cost_attention", "cost_incre_attention", "incre_attention"]

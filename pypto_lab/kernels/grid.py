@@ -14,8 +14,8 @@ distinct simulations small: a model is costed at every batch and context length 
   many heads are costed from fewer (`waves`): the kernel deals its (head, query block) tiles
   round-robin to the cube cores and every tile of a shape costs the same, so beyond sixteen tiles
   per core the time grows with the tiles per core;
-* PromptFlashAttention and IncreFlashAttention: their derivations (`attention.py`) over the grid
-  cost of the fused attention they are built on.
+* causal FlashAttention (PromptFlashAttention) and IncreFlashAttention: their derivations
+  (`attention.py`) over the grid cost of the fused attention they are built on.
 
 Other kinds are costed exactly. Grid points are memoised with the chip's other costs.
 """
@@ -28,7 +28,7 @@ import functools
 
 from ..hw.attention import default_attention_blocks
 from ..hw.chip import Chip
-from .attention import incre_attention, prompt_attention
+from .attention import causal_attention, incre_attention
 from .cost import STRATEGIES, KernelCost, cost, memo_of
 from .ir import (
     AttentionKernel,
@@ -36,7 +36,6 @@ from .ir import (
     IncreAttentionKernel,
     KernelSpec,
     MoeGatingKernel,
-    PromptAttentionKernel,
     VectorKernel,
 )
 
@@ -139,6 +138,8 @@ def waves(spec: AttentionKernel, chip: Chip) -> KernelCost:
 def _attention(spec: AttentionKernel, chip: Chip) -> KernelCost:
     if not spec.flash or spec.block_q is not None:
         return cost(spec, chip)
+    if spec.causal:
+        return causal_attention(spec, chip, lambda a: _attention(a, chip))
 
     def at(b: int, q: int, k: int) -> KernelCost:
         return waves(dataclasses.replace(spec, batch_heads=b, s_q=q, s_k=k), chip)
@@ -156,8 +157,6 @@ def grid_cost(spec: KernelSpec, chip: Chip) -> KernelCost:
         return _gating(spec, chip)
     if isinstance(spec, AttentionKernel):
         return _attention(spec, chip)
-    if isinstance(spec, PromptAttentionKernel):
-        return prompt_attention(spec, chip, lambda a: _attention(a, chip))
     if isinstance(spec, IncreAttentionKernel):
         return incre_attention(spec, lambda a: _attention(a, chip))
     return cost(spec, chip)

@@ -149,7 +149,10 @@ class VectorKernel(KernelSpec):
 class AttentionKernel(KernelSpec):
     """``O = softmax(Q K^T / sqrt(d)) V`` for ``batch_heads`` heads: FlashAttention (one kernel, the
     online softmax on the Vector unit, no s_q x s_k scores in GM) when ``flash``, else the unfused
-    BatchMatMul, SoftmaxV2, BatchMatMul with the scores in GM."""
+    BatchMatMul, SoftmaxV2, BatchMatMul with the scores in GM. ``causal`` (the last ``s_q`` of
+    ``s_k`` positions, each seeing the keys up to its own): a fused kernel skips the blocks above the
+    diagonal, as PromptFlashAttention does for an LLM's prefill; the unfused sequence computes the
+    full scores and masks them."""
 
     kind: ClassVar[str] = "attention"
     batch_heads: int
@@ -160,6 +163,8 @@ class AttentionKernel(KernelSpec):
     flash: bool = False
     block_q: int | None = None       # FlashAttention's blocks; None: the chip's default
     block_k: int | None = None
+    causal: bool = False             # query i sees keys up to s_k - s_q + i: FlashAttention skips the blocks
+                                     # above the diagonal (an LLM's prefill: PromptFlashAttention)
 
     def __post_init__(self):
         _positive("attention", batch_heads=self.batch_heads, s_q=self.s_q, s_k=self.s_k, d=self.d)
@@ -175,38 +180,6 @@ class AttentionKernel(KernelSpec):
     @property
     def op(self) -> str:
         return "FlashAttentionScore" if self.flash else "UnfusedAttention(BatchMatMul+SoftmaxV2+BatchMatMul)"
-
-
-@dataclass(frozen=True)
-class PromptAttentionKernel(KernelSpec):
-    """PromptFlashAttention, an LLM's prefill attention: causal attention of ``s_q`` new tokens over
-    ``past + s_q`` keys, for ``seqs`` sequences of ``heads`` heads of ``d`` dims (GQA's shared KV
-    heads read with their query heads). The fused kernel's blocks above the diagonal are skipped."""
-
-    kind: ClassVar[str] = "prompt_attention"
-    seqs: int
-    heads: int
-    s_q: int
-    past: int
-    d: int
-    dtype: str
-
-    def __post_init__(self):
-        _positive("PromptFlashAttention", seqs=self.seqs, heads=self.heads, s_q=self.s_q, d=self.d)
-        if isinstance(self.past, bool) or not isinstance(self.past, int) or self.past < 0:
-            raise ValueError(f"PromptFlashAttention past = {self.past!r}: tokens already cached, an integer >= 0")
-
-    @property
-    def unit(self) -> str:
-        return "cube+vector"
-
-    @property
-    def dtypes(self) -> tuple[str, str]:
-        return self.dtype, "fp32"
-
-    @property
-    def op(self) -> str:
-        return "PromptFlashAttention"
 
 
 @dataclass(frozen=True)
@@ -413,5 +386,5 @@ class Kernel:
 
 
 __all__ = ["AttentionKernel", "CollectiveKernel", "CubeKernel", "CustomKernel", "Decomposed", "HostKernel",
-           "IncreAttentionKernel", "InputQuant", "Kernel", "KernelSpec", "MoeGatingKernel", "PromptAttentionKernel",
+           "IncreAttentionKernel", "InputQuant", "Kernel", "KernelSpec", "MoeGatingKernel",
            "TensorMeta", "TransDataKernel", "VectorKernel"]

@@ -4,7 +4,8 @@ context), throughput, HBM per card, communication, and where decode sits on the 
 `step_model`, the same engine as a `StepModel` for the serving simulator.
 
 Every time comes from the chip model through `forward.forward_kernels`; nothing is fitted per
-model. Decode steps are costed at a few context lengths across the generation (the step is linear
+model. The prefill, one step, is simulated exactly; the decode steps, costed at several contexts,
+and the serving steps use the grid strategy (`pypto_lab.kernels.grid`). Decode steps are costed at a few context lengths across the generation (the step is linear
 in context once the KV cache dominates, and attention is interpolated between simulated points),
 and their mean is the TPOT.
 """
@@ -244,7 +245,7 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
                              "positions. Fix: shorter prompt or output")
     use = check_fits(spec, hw, batch, total, prompt_len, hbm_utilization)
     b = _split(batch, hw)
-    prefill = forward_kernels(spec, hw, prefill=[(prompt_len, 0)] * b)
+    prefill = forward_kernels(spec, hw, prefill=[(prompt_len, 0)] * b, strategy="exact")   # one step: simulated
     ttft_ms = step_time_us(prefill, hw.stack) / 1000
     steps = max(1, output_len - 1)
     first, last = prompt_len + 1, prompt_len + steps

@@ -28,13 +28,13 @@ from ..hw.chip import Chip
 from ..hw.collectives import Topology
 from ..kernels.cost import CostedKernel, KernelCost, cost
 from ..kernels.ir import (
+    AttentionKernel,
     CollectiveKernel,
     CubeKernel,
     IncreAttentionKernel,
     Kernel,
     KernelSpec,
     MoeGatingKernel,
-    PromptAttentionKernel,
     VectorKernel,
 )
 from ..stack import Launch, Stack, get_stack, run_in_order
@@ -101,10 +101,22 @@ def _mm(hw: Hardware, m: int, k: int, n: int, batch: int = 1, op: str = "MatMulV
 
 
 def _vec(op: str, ops: tuple[str, ...], numel: int, dtype: str, row_len: int | None = None,
-         inputs: int | None = None) -> VectorKernel:
-    """A Vector kernel of ``ops`` (names of `pypto_lab.hw.kernels.VECTOR_OPS`) over whole rows."""
+         inputs: int | None = None, compute: str | None = None) -> VectorKernel:
+    """A Vector kernel of ``ops`` (names of `pypto_lab.hw.kernels.VECTOR_OPS`) over whole rows,
+    computing in ``compute`` (default: ``dtype``)."""
     rl = int(row_len or 1)
-    return VectorKernel(op, ops, max(1, -(-int(numel) // rl)) * rl, dtype, dtype, inputs, row_len)
+    return VectorKernel(op, ops, max(1, -(-int(numel) // rl)) * rl, dtype, compute or dtype, inputs, row_len)
+
+
+def _norm(op: str, ops: tuple[str, ...], numel: int, dtype: str, row_len: int, inputs: int | None = None):
+    """A norm kernel: its statistics in fp32 whatever the activations' dtype, as the models' own
+    norms compute (transformers' LlamaRMSNorm casts to fp32) and CANN's fused norms reproduce."""
+    return _vec(op, ops, numel, dtype, row_len, inputs, "fp32")
+
+
+def _prompt_attention(seqs: int, heads: int, chunk: int, past: int, d: int, dtype: str) -> AttentionKernel:
+    """PromptFlashAttention: causal FlashAttention of a chunk of ``chunk`` tokens after ``past``."""
+    return AttentionKernel(seqs * heads, chunk, past + chunk, d, dtype, flash=True, causal=True)
 
 
 def _comm(hw: Hardware, kind: str, nbytes: float, cards: int) -> CollectiveKernel:
@@ -150,13 +162,13 @@ def _mla_attention(spec: LLMSpec, hw: Hardware, t: int, prefill, decode, add) ->
     nope, r, v, ql = d - rope, spec.kv_lora_rank, spec.v_head_dim, spec.q_lora_rank
     if ql:
         add("MatMul_q_a", "matmul", _mm(hw, t, h, ql), L, t * (h + ql) * ab)
-        add("RmsNorm_q", "norm", _vec("RmsNorm", ("rmsnorm",), t * ql, hw.act_dtype, ql), L,
+        add("RmsNorm_q", "norm", _norm("RmsNorm", ("rmsnorm",), t * ql, hw.act_dtype, ql), L,
             2 * t * ql * ab)
         add("MatMul_q_b", "matmul", _mm(hw, t, ql, heads * d), L, t * (ql + heads * d) * ab)
     else:
         add("MatMul_q", "matmul", _mm(hw, t, h, heads * d), L, t * (h + heads * d) * ab)
     add("MatMul_kv_a", "matmul", _mm(hw, t, h, r + rope), L, t * (h + r + rope) * ab)
-    add("RmsNorm_kv", "norm", _vec("RmsNorm", ("rmsnorm",), t * r, hw.act_dtype, r), L,
+    add("RmsNorm_kv", "norm", _norm("RmsNorm", ("rmsnorm",), t * r, hw.act_dtype, r), L,
         2 * t * r * ab)
     add("RotaryPositionEmbedding", "rope", _vec("RotaryPositionEmbedding", ("rope",),
                                                                         t * (heads + 1) * rope, hw.act_dtype), L, 2 * t * (heads + 1) * rope * ab)
@@ -166,8 +178,7 @@ def _mla_attention(spec: LLMSpec, hw: Hardware, t: int, prefill, decode, add) ->
         ctx = int(sum(c + p for c, p in prefill))
         add("MatMul_kv_b", "matmul", _mm(hw, ctx, r, heads * (nope + v)), L, ctx * (r + heads * (nope + v)) * ab)
         for (chunk, past), n in sorted(Counter((int(c), int(p)) for c, p in prefill).items()):
-            add("PromptFlashAttention", "attention", PromptAttentionKernel(
-                n, heads, chunk, past, d, hw.act_dtype), L, n * chunk * heads * d * 2 * ab)
+            add("PromptFlashAttention", "attention", _prompt_attention(n, heads, chunk, past, d, hw.act_dtype), L, n * chunk * heads * d * 2 * ab)
     if decode:
         b = len(decode)
         ctx = int(round(float(np.mean(decode))))
@@ -178,9 +189,11 @@ def _mla_attention(spec: LLMSpec, hw: Hardware, t: int, prefill, decode, add) ->
 
 
 def forward_kernels(spec: LLMSpec, hw: Hardware, prefill: Sequence[tuple[int, int]] = (),
-                    decode: Sequence[int] = (), costed: bool = True) -> list[CostedKernel]:
+                    decode: Sequence[int] = (), costed: bool = True, strategy: str = "grid") -> list[CostedKernel]:
     """The kernels of one forward pass on one card (see the module's docstring). ``costed=False``
-    lists them with their shapes' bytes but no simulation (for the HBM accounting)."""
+    lists them with their shapes' bytes but no simulation (for the HBM accounting); ``strategy``
+    is the costing strategy (`pypto_lab.kernels.cost`: "grid" for the many steps of a generation
+    or a serving run, "exact" for a step costed once)."""
     if not prefill and not decode:
         raise LLMConfigError("an engine step needs prefill chunks or decode tokens; both lists are empty. "
                              "Fix: pass prefill=[(tokens, past)] or decode=[context, ...]")
@@ -190,7 +203,7 @@ def forward_kernels(spec: LLMSpec, hw: Hardware, prefill: Sequence[tuple[int, in
     def add(name: str, op: str, spec: KernelSpec, count: int, io: float = 0.0, comm: bool = False) -> None:
         if comm and hw.tp <= 1 and hw.ep <= 1:
             return
-        c = cost(spec, hw.chip, "grid") if costed else _UNCOSTED
+        c = cost(spec, hw.chip, strategy) if costed else _UNCOSTED
         out.append(CostedKernel(Kernel(name, spec, (), (op,), name), c, count, io))
 
     tp, L, h, d = hw.tp, spec.layers, spec.hidden, spec.head_dim
@@ -200,16 +213,20 @@ def forward_kernels(spec: LLMSpec, hw: Hardware, prefill: Sequence[tuple[int, in
     rows_out = len(prefill) + len(decode)                   # logits only for each sequence's last token
 
     add("Gather_embedding", "embedding", _vec("Gather", ("copy",), t * h, hw.act_dtype), 1, 2 * t * h * ab)
-    norm = ("add", "rmsnorm") if spec.norm == "rms" else ("add", "layernorm")   # the residual add fused in
-    nname = "AddRmsNorm" if spec.norm == "rms" else "AddLayerNorm"
-    add(nname, "norm", _vec(nname, norm, t * h, hw.act_dtype, h, 3), 2 * L, 4 * t * h * ab)
+    # 2L + 1 norms: the first layer's input norm reads the embedding (no residual yet); every later
+    # norm, the final one included, has the residual add fused in front of it
+    base = "rmsnorm" if spec.norm == "rms" else "layernorm"
+    first = "RmsNorm" if spec.norm == "rms" else "LayerNorm"
+    add(first, "norm", _norm(first, (base,), t * h, hw.act_dtype, h), 1, 2 * t * h * ab)
+    nname = "Add" + first
+    add(nname, "norm", _norm(nname, ("add", base), t * h, hw.act_dtype, h, 3), 2 * L, 4 * t * h * ab)
     if spec.is_mla:
         _mla_attention(spec, hw, t, prefill, decode, add)
     else:
         qkv_n = (heads + 2 * kvh) * d
         add("MatMul_qkv", "matmul", _mm(hw, t, h, qkv_n), L, t * (h + qkv_n) * ab)
         if spec.qk_norm:
-            add("RmsNorm_qk", "norm", _vec("RmsNorm", ("rmsnorm",), t * (heads + kvh) * d, hw.act_dtype, d),
+            add("RmsNorm_qk", "norm", _norm("RmsNorm", ("rmsnorm",), t * (heads + kvh) * d, hw.act_dtype, d),
                 L, 2 * t * (heads + kvh) * d * ab)
         rot = int(round(d * spec.rotary_fraction))
         if rot:
@@ -220,8 +237,7 @@ def forward_kernels(spec: LLMSpec, hw: Hardware, prefill: Sequence[tuple[int, in
             2 * t * kvh * d * (ab + kvb))
         groups = Counter((int(c), int(p)) for c, p in prefill)
         for (chunk, past), n in sorted(groups.items()):
-            add("PromptFlashAttention", "attention", PromptAttentionKernel(
-                n, heads, chunk, past, d, hw.act_dtype), L, n * chunk * heads * d * 2 * ab)
+            add("PromptFlashAttention", "attention", _prompt_attention(n, heads, chunk, past, d, hw.act_dtype), L, n * chunk * heads * d * 2 * ab)
         if decode:
             ctx = int(round(float(np.mean(decode))))
             group = max(1, heads // kvh)

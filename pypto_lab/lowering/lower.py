@@ -26,6 +26,7 @@ from ..kernels.ir import (
     KernelSpec,
     VectorKernel,
 )
+from .masks import attention_is_causal
 
 CONVS = ("conv2d", "convolution", "_convolution", "conv1d", "conv2d_int8")
 # pypto_lab.quantization's int8 layers: int8 on the Cube whatever the precision; the value is the
@@ -171,10 +172,12 @@ def primitive_kernels(node: Node, prims: list[str], dtype: str, compute_dtype: s
 
 def attention_kernel(graph: Graph, node: Node, chip: Chip, precision: str) -> AttentionKernel:
     """Scaled-dot-product attention, unfused: Q K^T and P V on the Cube with the scores in GM.
-    Its matmuls keep fp16 at int8 (scores and probabilities are not quantised)."""
+    Its matmuls keep fp16 at int8 (scores and probabilities are not quantised). A causal one
+    (``is_causal``, or a mask built from positions: `masks.attention_is_causal`) is marked so, for
+    FlashAttention to skip the blocks above the diagonal once fused."""
     q, kk = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1])
     dtype, _ = storage_dtypes(chip, precision)
-    return AttentionKernel(prod(q[:-2]), q[-2], kk[-2], q[-1], dtype)
+    return AttentionKernel(prod(q[:-2]), q[-2], kk[-2], q[-1], dtype, causal=attention_is_causal(graph, node))
 
 
 def host_kernel(graph: Graph, node: Node) -> HostKernel:

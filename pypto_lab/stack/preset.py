@@ -49,8 +49,12 @@ RUNS = ("offline-model", "graph", "eager")
 # fusion name: what it does (the passes and front ends that honour it)
 FUSIONS: dict[str, str] = {
     "conv_bn_relu": "BatchNorm folded into the convolution; bias, residual and activation in the Cube's epilogue",
-    "layernorm": "a LayerNorm as one kernel (its statistics in UB)",
-    "add_layernorm": "the residual add in front of a LayerNorm inside its kernel",
+    "layernorm": "a LayerNorm or RMSNorm as one kernel (its statistics in UB)",
+    "add_layernorm": "the residual add in front of a norm inside its kernel",
+    "parallel_matmuls": "matmuls reading the same input as one wider matmul (q, k, v; gate, up)",
+    "rope": "a rotary position embedding as one kernel, queries and keys together",
+    "swiglu": "silu(gate) * up as one kernel",
+    "kv_cache": "a layer's key and value cache writes as one kernel",
     "sdpa_flash": "scaled_dot_product_attention as one FlashAttention kernel (no s x s scores in GM)",
     "attention_core": "attention written as matmul, softmax, matmul replaced by one FlashAttention kernel",
     "elementwise": "chains of element-wise and row-wise Vector operators as one kernel",

@@ -183,3 +183,13 @@ def test_the_eager_dispatch_constant_is_the_one_its_script_derives():
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "derive_stack_constants.py"), "--check"],
                          capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_the_command_line_lists_the_stacks_and_takes_one(capsys):
+    from pypto_lab.cli import main
+
+    assert main(["stacks"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in list_stacks()) and "dispatch us" in out
+    assert main(["report", "resnet50", "--level", "1", "--stack", "torch_npu-eager", "--top", "1"]) == 0
+    assert "torch_npu-eager" in capsys.readouterr().out

@@ -19,6 +19,7 @@ from ..hw.kernels import VECTOR_OPS, simulate_matmul, simulate_vector
 from ..hw.tiling import TilingError
 from ..llm import HBMCapacityError
 from ..models.zoo import load_model
+from ..stack import DEFAULT_STACK, STACK_DIR, get_stack, list_stacks
 from ..viz.tour_report import write_tour_report
 from .llm import add_llm_commands
 
@@ -140,6 +141,23 @@ def cmd_chips(args) -> int:
     return 0
 
 
+def stack_table() -> str:
+    """The software-stack presets: how each runs kernels and what launching one costs."""
+    rows = []
+    for name in list_stacks():
+        s = get_stack(name)
+        rows.append([name, s.runs, f"{s.dispatch_us:g}", f"{s.launch_us:g}", f"{s.step_host_us:g}",
+                     "yes" if s.host_device_overlap else "no", ", ".join(sorted(s.fusions))])
+    return _table(["stack", "runs", "dispatch us", "launch us", "step host us", "overlap", "fusions"], rows,
+                  "llrrrll")
+
+
+def cmd_stacks(args) -> int:
+    print(stack_table())
+    print(f"\nEach value's source is in its preset file ({STACK_DIR}); pass --stack to report, llm and serve.")
+    return 0
+
+
 def cmd_matmul(args) -> int:
     _chip(args.chip)
     _writable("--json", args.json)
@@ -201,7 +219,8 @@ def cmd_report(args) -> int:
         raise CliError(f"--top {args.top}: must be 0 or more (the number of kernels to list); e.g. --top 15")
     _writable("--json", args.json)
     model, inputs = _load_model(args)
-    rep = optimize(model, inputs, chip=args.chip, level=args.level, precision=args.precision).report()
+    rep = optimize(model, inputs, chip=args.chip, level=args.level, precision=args.precision,
+                   stack=args.stack).report()
     print(rep.table(args.top))
     if args.json:
         _write_json("--json", args.json, rep.to_dict())
@@ -212,7 +231,7 @@ def cmd_report(args) -> int:
 def cmd_compare(args) -> int:
 
     model, inputs = _load_model(args)
-    reports = [optimize(model, inputs, chip=args.chip, level=lv, precision=args.precision).report()
+    reports = [optimize(model, inputs, chip=args.chip, level=lv, precision=args.precision, stack=args.stack).report()
                for lv in sorted(LEVELS)]
     base = reports[0].latency_us
     rows = [[f"level {r.level}", f"{r.latency_us:,.1f}", len(r.kernels), f"{r.gm_bytes / 1e6:,.1f}",
@@ -262,6 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--no-html", action="store_true", help="only the console tour: no walkthroughs, no HTML report")
     t.set_defaults(func=cmd_tour)
     sub.add_parser("chips", help="the chip presets").set_defaults(func=cmd_chips)
+    sub.add_parser("stacks", help="the software-stack presets (how kernels reach the chip)").set_defaults(
+        func=cmd_stacks)
     mm = sub.add_parser("matmul", help="simulate one matmul")
     mm.add_argument("m", type=int)
     mm.add_argument("k", type=int)
@@ -288,6 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--seq", type=int, default=None,
                        help="sequence length (bert-base, minilm: default 128; a builder: if it takes seq)")
         q.add_argument("--precision", default="fp16")
+        q.add_argument("--stack", default=DEFAULT_STACK,
+                       help=f"the software stack that runs the kernels: {', '.join(list_stacks())} (default {DEFAULT_STACK})")
         if cmd == "report":
             q.add_argument("--level", type=int, default=1)
             q.add_argument("--top", type=int, default=15, help="kernels to list, slowest first")

@@ -293,7 +293,7 @@ class ChipStepModel:
                  hbm_utilization: float = DEFAULT_HBM_UTILIZATION):
         check_hardware(spec, hw)
         self.spec, self.hw = spec, hw
-        self.name = f"{spec.name} on {hw.cards} x {hw.chip.name}"
+        self.name = f"{spec.name} on {hw.cards} x {hw.chip.name} ({hw.stack.name})"
         self.kv_bytes_per_token = kv_bytes_per_token(spec, hw)
         act = activation_bytes(spec, hw, forward_kernels(spec, hw, prefill=[(max_batched_tokens, 0)], costed=False),
                                max_batched_tokens)

@@ -35,6 +35,7 @@ from pypto_lab.files.atomic import write_json_atomic  # noqa: E402
 from pypto_lab.hw.chip import get_chip  # noqa: E402
 from pypto_lab.hw.kernels import simulate_matmul  # noqa: E402
 from pypto_lab.llm import serve, simulate_generation  # noqa: E402
+from pypto_lab.stack import get_stack  # noqa: E402
 
 DATA = ROOT / "datasets" / "llm_published" / "ascend_llm_figures.csv"
 MODELS = {"Llama-2-7B": "llama-2-7b", "Llama-2-70B": "llama-2-70b", "Llama-3-70B": "llama-3-70b",
@@ -59,7 +60,13 @@ def _num(text: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def fixed_batch(rows, launch_us: float) -> list[dict]:
+def _stack(name: str, launch_us: float | None):
+    """The row's stack preset, with --launch-us in place of its launch cost when given."""
+    stack = get_stack(name)
+    return stack if launch_us is None else stack.with_values(launch_us=launch_us)
+
+
+def fixed_batch(rows, launch_us: float | None) -> list[dict]:
     out, memo = [], {}
     chip = atlas_800i_a2()
     for r in rows:
@@ -71,7 +78,8 @@ def fixed_batch(rows, launch_us: float) -> list[dict]:
         key = (r["model"], _num(r["cards"]), _num(r["batch"]), prec, kv)
         if key not in memo:
             memo[key] = simulate_generation(MODELS[r["model"]], batch=key[2], prompt_len=1024, output_len=1024,
-                                            chip=chip, cards=key[1], precision=prec, kv_dtype=kv, launch_us=launch_us)
+                                            chip=chip, cards=key[1], precision=prec, kv_dtype=kv,
+                                            stack=_stack("torchair-graph", launch_us))
         rep = memo[key]
         pred = rep.ttft_ms if r["metric"].startswith("prefill") else rep.tpot_ms
         out.append({"id": r["id"], "group": "fixed batch (torchair)", "model": r["model"], "cards": key[1],
@@ -80,7 +88,7 @@ def fixed_batch(rows, launch_us: float) -> list[dict]:
     return out
 
 
-def serving(rows, launch_us: float) -> list[dict]:
+def serving(rows, launch_us: float | None) -> list[dict]:
     out, memo = [], {}
     for r in rows:
         if r["model"] not in MODELS or "rate=" not in r["batch"] or "torchair" in r["framework"].lower():
@@ -94,7 +102,8 @@ def serving(rows, launch_us: float) -> list[dict]:
         key = (r["model"], cards, p, o, rate, str(chip))
         if key not in memo:
             memo[key] = serve(MODELS[r["model"]], chip=chip, requests=100, rate=rate, cards=cards,
-                              lengths=[(p, o)] * 100, precision="bf16", launch_us=launch_us, progress=False).to_dict()
+                              lengths=[(p, o)] * 100, precision="bf16",
+                              stack=_stack("vllm-ascend-aclgraph", launch_us), progress=False).to_dict()
         d = memo[key]
         metric = r["metric"]
         pred = {"ttft_ms_mean": d.get("ttft_ms_mean", d["ttft_ms_p50"]), "tpot_ms_mean": d.get("tpot_ms_mean", d["tpot_ms_p50"]),
@@ -123,7 +132,8 @@ def matmuls(rows) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--launch-us", type=float, default=0.0, help="per-kernel launch cost (default 0: none)")
+    ap.add_argument("--launch-us", type=float, default=None,
+                    help="per-kernel launch cost in place of each row's stack preset's (microseconds)")
     ap.add_argument("--json", help="write the rows and the errors here")
     args = ap.parse_args()
     with open(DATA, newline="", encoding="utf-8") as f:

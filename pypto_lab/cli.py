@@ -9,16 +9,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 from .capture.zoo import load_model
 from .cli_llm import add_llm_commands
-from .fileio import write_json_atomic
+from .fileio import check_writable, write_json_atomic
 from .hw.calibration import calibrate, format_calibration
 from .hw.chip import PRESET_DIR, ChipConfigError, get_chip, list_chips
 from .hw.kernels import VECTOR_OPS, simulate_matmul, simulate_vector
 from .hw.tiling import TilingError
 from .llm import HBMCapacityError
+from .llm.validation import cli_text
 from .optimize import LEVELS, optimize
 from .viz.tour_report import write_tour_report
 
@@ -51,19 +51,7 @@ def _chip(value: str, flag: str = "--chip") -> str:
 def _writable(flag: str, value: str | None, example: str = "out/result.json") -> None:
     """Refuse an output path that cannot be written (a folder, under a file, in a folder that
     cannot be written), before the work that produces it."""
-    if not value:
-        return
-    path = Path(value)
-    fix = f"give a file path you can write, e.g. {flag} {example}"
-    if path.is_dir():
-        raise CliError(f"{flag} {value}: is a folder, not a file; {fix}")
-    folder = path.parent
-    while not folder.exists() and folder != folder.parent:  # the folders that would be created
-        folder = folder.parent
-    if not folder.is_dir():
-        raise CliError(f"{flag} {value}: {folder} is a file, so no folder can be made there; {fix}")
-    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise CliError(f"{flag} {value}: permission denied (cannot write into {folder}); {fix}")
+    check_writable(value, flag, example)
 
 
 def _write_json(flag: str, path: str, obj) -> None:
@@ -318,15 +306,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (ChipConfigError, TilingError, ValueError, KeyError, OSError, HBMCapacityError) as exc:
-        print(f"pypto-lab: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"pypto-lab: error: {_one_line(exc, getattr(args, 'flags', None))}", file=sys.stderr)
         return 2
 
 
-def _one_line(exc: BaseException) -> str:
+def _one_line(exc: BaseException, flags: dict[str, str] | None = None) -> str:
+    """The error in one line; an argument error's fix in this command's flags (``--batch 1``, not
+    ``batch=1``) when the command says which flag each argument is (``flags``)."""
     if isinstance(exc, OSError) and exc.strerror:  # e.g. a file vanished between the check and the write
         where = f" {exc.filename}" if exc.filename else ""
         return f"{exc.strerror}:{where}; check the path and its permissions, or choose another one"
-    text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+    text = exc.args[0] if isinstance(exc, KeyError) and exc.args else cli_text(exc, flags or {})
     return " ".join(str(text).split())
 
 

@@ -30,7 +30,8 @@ import torch
 from tqdm.auto import tqdm
 
 from .hw.chip import list_chips
-from .optimize import optimize
+from .llm.validation import hinted
+from .optimize import LEVELS, optimize
 
 DATA = Path(__file__).resolve().parents[1] / "datasets" / "published"
 TOLERANCE = 0.15   # issue 14's band: every row within ±15 %
@@ -219,6 +220,9 @@ def published_rows(paths: list[Path] | None = None, chip: str | None = None) -> 
 def validate(chip: str | None = None, level: int = 3, rows: list[Row] | None = None,
              progress: bool = False) -> ValidationReport:
     """Simulate every published row (optionally one chip's) at ``level`` in fp16."""
+    if isinstance(level, bool) or level not in LEVELS:
+        raise hinted(ValidationError, f"level {level!r}: the optimisation levels are {', '.join(map(str, LEVELS))}. "
+                     "Fix: {level=3} (the default)")
     rows = published_rows(chip=chip) if rows is None else rows
     if not rows:
         raise ValidationError(f"no published rows for chip {chip!r}. Fix: omit --chip, or add rows for it to "

@@ -30,7 +30,8 @@ from .memory import (
     kv_bytes_per_token,
     weights_bytes,
 )
-from .serving import ServeReport, simulate_serving
+from .serving import ServeReport, check_serving_arguments, read_trace, simulate_serving
+from .validation import check_count, check_positions, check_real, hinted
 
 
 def default_topology(chip: Chip, cards: int):
@@ -56,14 +57,15 @@ def hardware(chip: str | Chip, cards: int = 1, tp: int | None = None, ep: int = 
              kv_dtype: str | None = None, topology=None, launch_us: float = 0.0) -> Hardware:
     """A `Hardware` from user arguments: ``tp=None`` means tensor parallelism over all cards."""
     chip = get_chip(chip)
-    if not isinstance(cards, int) or cards < 1:
-        raise LLMConfigError(f"cards = {cards!r}: a positive number of cards. Fix: cards=1 or more")
-    tp = cards if tp is None else tp
-    if tp < 1 or cards % tp:
-        raise LLMConfigError(f"tp = {tp} with cards = {cards}: tensor parallelism uses a divisor of the card count "
-                             f"(the rest replicate as data parallelism). Fix: tp in {[d for d in range(1, cards + 1) if cards % d == 0]}")
-    if launch_us < 0:
-        raise LLMConfigError(f"launch_us = {launch_us}: a per-kernel launch cost is >= 0 microseconds. Fix: 0 or more")
+    cards = check_count("cards", cards, 1, what="cards")
+    tp = cards if tp is None else check_count("tp", tp, 1, what="tensor-parallel cards")
+    if cards % tp:
+        divs = [d for d in range(1, cards + 1) if cards % d == 0]
+        raise hinted(LLMConfigError, f"tp = {tp} with cards = {cards}: tensor parallelism uses a divisor of the card "
+                     f"count (the rest replicate as data parallelism). Fix: "
+                     + " or ".join(f"{{tp={d}}}" for d in divs))
+    ep = check_count("ep", ep, 1, what="expert-parallel cards")
+    launch_us = check_real("launch_us", launch_us, low=0.0, example=0.0, what="a per-kernel launch cost in us")
     topo = get_topology(topology) if topology is not None else default_topology(chip, cards)
     kv = kv_dtype or ("bf16" if precision == "bf16" else "fp16")
     return Hardware(chip=chip, cards=cards, tp=tp, ep=ep, topology=topo, precision=precision, kv_dtype=kv,
@@ -198,14 +200,15 @@ def check_fits(spec: LLMSpec, hw: Hardware, batch: int, tokens_per_seq: int, pre
         return use
     best = largest_batch(spec, hw, tokens_per_seq, prefill_tokens, hbm_utilization)
     if best:
-        fix = (f"the largest batch that fits is {best}; or more cards / tensor parallelism, a shorter context, "
-               "an int8 KV cache (kv_dtype='int8') or int8 weights (precision='w8a16')")
+        fix = (f"the largest batch that fits is {best} ({{batch={best}}}); or more cards / tensor parallelism, a "
+               "shorter context, an int8 KV cache ({kv_dtype='int8'}) or int8 weights ({precision='w8a16'})")
     else:
         need = cards_needed(spec, hw, batch, tokens_per_seq, prefill_tokens, hbm_utilization)
-        fix = (f"not even batch 1 fits; {need} cards with tensor parallelism would (cards={need})" if need else
-               "no tensor-parallel split up to 64 cards fits it; use int8 weights or a shorter context")
-    raise HBMCapacityError(f"{spec.name} at batch {batch} x {tokens_per_seq} tokens on {hw.chip.name} "
-                           f"(tp {hw.tp}, {hw.precision}): {describe(use)}. Fix: {fix}")
+        fix = (f"not even batch 1 fits; {need} cards with tensor parallelism would ({{cards={need}}})" if need else
+               "no tensor-parallel split up to 64 cards fits it; use int8 weights ({precision='w8a16'}) or a "
+               "shorter context")
+    raise hinted(HBMCapacityError, f"{spec.name} at batch {batch} x {tokens_per_seq} tokens on {hw.chip.name} "
+                 f"(tp {hw.tp}, {hw.precision}): {describe(use)}. Fix: {fix}")
 
 
 def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len: int = 128,
@@ -218,17 +221,16 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
     transformers config or causal-LM module, or an `LLMSpec`. Raises `HBMCapacityError` when the
     weights, the KV cache and the activations do not fit a card."""
     spec = spec_of(model)
-    for name, v in (("batch", batch), ("prompt_len", prompt_len), ("output_len", output_len)):
-        if not isinstance(v, int) or v < 1:
-            raise LLMConfigError(f"{name} = {v!r}: must be a positive integer. Fix: {name}=1 or more")
-    if not 0 < hbm_utilization <= 1:
-        raise LLMConfigError(f"hbm_utilization = {hbm_utilization}: a fraction in (0, 1]. Fix: e.g. 0.9")
+    batch = check_count("batch", batch, 1, what="sequences in the batch")
+    prompt_len = check_count("prompt_len", prompt_len, 128, what="prompt tokens per sequence")
+    output_len = check_count("output_len", output_len, 128, what="output tokens per sequence")
+    hbm_utilization = check_real("hbm_utilization", hbm_utilization, low=0.0, low_open=True, high=1.0, example=0.9,
+                                 what="the share of HBM the engine may use")
+    context_points = check_count("context_points", context_points, 5, what="decode contexts to cost")
     hw = hardware(chip, cards, tp, ep, precision, kv_dtype, topology, launch_us)
     check_hardware(spec, hw)
+    check_positions(spec.name, spec.max_positions, prompt_len, output_len)
     total = prompt_len + output_len
-    if total > spec.max_positions:
-        raise LLMConfigError(f"prompt_len + output_len = {total}: {spec.name} handles at most {spec.max_positions} "
-                             "positions. Fix: shorter prompt or output")
     use = check_fits(spec, hw, batch, total, prompt_len, hbm_utilization)
     b = _split(batch, hw)
     prefill = forward_kernels(spec, hw, prefill=[(prompt_len, 0)] * b)
@@ -280,6 +282,7 @@ class ChipStepModel:
         check_hardware(spec, hw)
         self.spec, self.hw = spec, hw
         self.name = f"{spec.name} on {hw.cards} x {hw.chip.name}"
+        self.max_positions = spec.max_positions      # serving refuses longer requests (validation.check_positions)
         self.kv_bytes_per_token = kv_bytes_per_token(spec, hw)
         act = activation_bytes(spec, hw, forward_kernels(spec, hw, prefill=[(max_batched_tokens, 0)], costed=False),
                                max_batched_tokens)
@@ -307,10 +310,13 @@ def step_model(model, chip: str | Chip = "Ascend910B1", cards: int = 1, tp: int 
                hbm_utilization: float = DEFAULT_HBM_UTILIZATION) -> ChipStepModel:
     """The serving simulator's view of ``model`` on ``cards`` x ``chip``."""
     spec = spec_of(model)
+    max_batched_tokens = check_count("max_batched_tokens", max_batched_tokens, 8192, what="tokens one step may run")
+    hbm_utilization = check_real("hbm_utilization", hbm_utilization, low=0.0, low_open=True, high=1.0, example=0.9,
+                                 what="the share of HBM the engine may use")
     hw = hardware(chip, cards, tp, ep, precision, kv_dtype, topology, launch_us)
     if hw.cards // hw.tp > 1:
-        raise LLMConfigError(f"cards = {cards}, tp = {hw.tp}: serving models one replica. Fix: tp=cards, or serve "
-                             "each replica on its own")
+        raise hinted(LLMConfigError, f"cards = {cards}, tp = {hw.tp}: serving models one replica. Fix: tp=cards "
+                     f"({{tp={hw.cards}}}), or serve each replica on its own")
     return ChipStepModel(spec, hw, max_batched_tokens, hbm_utilization)
 
 
@@ -325,9 +331,13 @@ def serve(model, chip: str | Chip = "Ascend910B1", requests: int = 1000, rate: f
           hbm_utilization: float = DEFAULT_HBM_UTILIZATION, progress: bool = True) -> ServeReport:
     """Serve ``requests`` requests arriving at ``rate`` per second (Poisson; lengths from the
     ShareGPT-like distribution or ``lengths``) on ``cards`` x ``chip``: `serving.simulate_serving`
-    driven by this engine's step times. Returns a `serving.ServeReport`."""
+    driven by this engine's step times. Returns a `serving.ServeReport`. Every argument, and a trace
+    file, is checked before the model is costed."""
+    check_serving_arguments(requests=requests, rate=rate, seed=seed, scheduler=scheduler,
+                            max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs, block_size=block_size)
+    trace = read_trace(lengths) if lengths is not None else None
     sm = step_model(model, chip, cards, tp, precision, ep=ep, kv_dtype=kv_dtype, topology=topology,
                     launch_us=launch_us, max_batched_tokens=max_batched_tokens, hbm_utilization=hbm_utilization)
     return simulate_serving(sm, requests=requests, rate=rate, seed=seed, scheduler=scheduler,
                             max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs, block_size=block_size,
-                            lengths=lengths, progress=progress)
+                            lengths=trace, progress=progress)

@@ -206,7 +206,7 @@ def _csv_rows(path: Path) -> tuple[list[tuple], list[str]]:
                                    f"{len(cols)} ({','.join(cols)})", f"give every row {len(cols)} comma-separated "
                                    "values (a file cut short loses its last row: drop it)")
             rows.append(tuple(fields_[i] for i in want))
-            where.append(f"line {reader.line_num}")
+            where.append(f"{path}, line {reader.line_num}")
     except csv.Error as e:
         raise _trace_error(f"{path}, line {reader.line_num}", f"not readable as CSV ({e})",
                            "save it as UTF-8 CSV with the columns prompt_tokens,output_tokens[,arrival_s]") from None
@@ -242,10 +242,11 @@ def read_trace(lengths: str | Path | Sequence[Sequence[float]] | Trace) -> Trace
         except TypeError:
             raise ServingConfigError(f"lengths must be a CSV path or a list of (prompt, output[, arrival_s]) rows "
                                      f"(got {type(lengths).__name__}). Fix: e.g. lengths=[(512, 128), (64, 32)]") from None
-        where = [f"row {k}" for k in range(len(rows))]
+        where = [f"trace row {k}" for k in range(len(rows))]
         desc = "trace (list)"
     if not rows:
-        raise ServingConfigError("the trace has no requests (got 0 rows). Fix: give at least one (prompt, output) row.")
+        raise ServingConfigError(f"{desc}: the trace has no requests (got 0 rows). Fix: give at least one (prompt, "
+                                 "output) row.")
     width = {len(r) for r in rows}
     if not width <= {2, 3} or len(width) != 1:
         raise ServingConfigError(f"every trace row must be (prompt, output) or (prompt, output, arrival_s); "
@@ -254,10 +255,10 @@ def read_trace(lengths: str | Path | Sequence[Sequence[float]] | Trace) -> Trace
     for w, r in zip(where, rows):
         p, o = _whole(r[0]), _whole(r[1])
         if p is None or o is None:
-            raise ServingConfigError(f"trace {w}: prompt and output must be token counts, whole numbers "
+            raise ServingConfigError(f"{w}: prompt and output must be token counts, whole numbers "
                                      f"(got {r[0]!r}, {r[1]!r}). Fix: write whole numbers, or drop that row.")
         if p < 1 or o < 1:
-            raise ServingConfigError(f"trace {w}: prompt and output must be whole numbers >= 1 token "
+            raise ServingConfigError(f"{w}: prompt and output must be whole numbers >= 1 token "
                                      f"(got prompt {r[0]!r}, output {r[1]!r}). Fix: drop or correct that row.")
         prompt.append(int(p))
         output.append(int(o))
@@ -267,7 +268,7 @@ def read_trace(lengths: str | Path | Sequence[Sequence[float]] | Trace) -> Trace
             except (TypeError, ValueError):
                 a = math.nan
             if not (math.isfinite(a) and a >= 0):
-                raise ServingConfigError(f"trace {w}: arrival_s must be a finite time >= 0 s (got {r[2]!r}). "
+                raise ServingConfigError(f"{w}: arrival_s must be a finite time >= 0 s (got {r[2]!r}). "
                                          f"Fix: correct it, or leave the column out to draw Poisson arrivals at `rate`.")
             arrival.append(a)
     arr = np.array(arrival, dtype=np.float64) if arrival else None

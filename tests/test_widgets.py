@@ -51,7 +51,7 @@ def test_cycles_are_the_simulators_and_change_with_m_l1(w):
     assert after != before
     assert after == round(simulate_matmul(*SHAPE, chip="Ascend910A", tile=w.tile).cycles)
     assert w.image.value != png
-    assert w.figure.axes[1].collections                        # the swimlane was redrawn
+    assert any(p.get_visible() and len(p.get_path().vertices) > 5 for p in w._lanes)   # the swimlane was redrawn
 
 
 def test_labels_read_as_plain_text(w, capsys):

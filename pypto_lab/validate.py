@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from .hw.chip import list_chips
 from .llm.validation import hinted
 from .optimize import LEVELS, optimize
+from .progress import progress as progress_bar
 
 DATA = Path(__file__).resolve().parents[1] / "datasets" / "published"
 TOLERANCE = 0.15   # issue 14's band: every row within ±15 %
@@ -227,7 +227,7 @@ def validate(chip: str | None = None, level: int = 3, rows: list[Row] | None = N
     if not rows:
         raise ValidationError(f"no published rows for chip {chip!r}. Fix: omit --chip, or add rows for it to "
                               "datasets/published/")
-    for r in tqdm(rows, desc="validate", unit="row", disable=not progress):
+    for r in progress_bar(rows, desc="validate", unit="row", disable=not progress):
         model, inputs = BUILDERS[r.key](r.batch, r.resolution, r.seq)
         rep = optimize(model, inputs, chip=r.chip, level=level, precision="fp16").report()
         r.simulated = r.batch * 1e6 / rep.latency_us

@@ -149,6 +149,56 @@ def _static_bundle(widget, png: bytes, text: str, width_px: int | None = None, *
     return data, meta
 
 
+class FigureInteract:
+    """Controls (ipywidgets) and the figure ``draw(**values)`` returns for their values: every change
+    redraws it into an ``ipywidgets.Image``. Displayed, it keeps a PNG of the figure as it stands
+    and a line of text beside the widget, so a saved notebook shows the picture, not
+    ``<function draw>`` (which ``ipywidgets.interact`` leaves). ``w.figure``, ``w.image``,
+    ``w.controls``, ``w.widget``, ``w.text``; ``w.png()`` the picture a saved notebook keeps."""
+
+    def __init__(self, draw, title: str = "", dpi: int = 120, **controls: W.ValueWidget):
+        self.draw, self.title, self.dpi, self.controls = draw, title, dpi, controls
+        self.image = W.Image(format="png", layout=W.Layout(max_width="100%", height="auto"))
+        self.image.add_class("pypto-figure")
+        for c in controls.values():
+            c.observe(self.update, names="value")
+        self.widget = W.VBox([W.HBox(list(controls.values())), self.image])
+        self.figure: Figure | None = None
+        self.update()
+
+    @property
+    def values(self) -> dict:
+        return {k: c.value for k, c in self.controls.items()}
+
+    def update(self, *_) -> None:
+        fig = self.draw(**self.values)
+        if getattr(fig.canvas, "manager", None) is not None:   # made with pyplot: not shown twice inline
+            import matplotlib.pyplot as plt
+
+            plt.close(fig)
+        self.figure = fig
+        self.image.value = figure_png(fig, self.dpi)
+        self.image.layout.width = f"{round(fig.get_figwidth() * 100)}px"
+
+    def png(self, dpi: int = STATIC_DPI) -> bytes:
+        buf = io.BytesIO()
+        self.figure.savefig(buf, format="png", dpi=dpi)
+        return buf.getvalue()
+
+    @property
+    def text(self) -> str:
+        labels = {k: getattr(c, "label", None) or c.value for k, c in self.controls.items()}
+        return (f"{self.title}: " if self.title else "") + ", ".join(f"{k} = {v}" for k, v in labels.items())
+
+    def _repr_mimebundle_(self, **kwargs):
+        return _static_bundle(self.widget, self.png(), self.text, round(self.figure.get_figwidth() * 100), **kwargs)
+
+
+def figure_interact(draw, title: str = "", **controls) -> FigureInteract:
+    """``draw(**values) -> Figure`` behind ``controls`` (see `FigureInteract`)."""
+    return FigureInteract(draw, title, **controls)
+
+
 # ---- what overflows, and how to fix it ----------------------------------------------------------
 
 @dataclass(frozen=True)

@@ -2,9 +2,9 @@
 
 Run:  .venv/bin/python benchmarks/bench_quickstart.py [--demo] [--cache DIR] [--repeats N] [NOTEBOOK ...]
 
-* ``--demo``: start from an empty numba cache (a fresh clone) and run what ``make demo`` runs after
-  installing, ``pypto-lab tour`` (it writes out/tour.html), timing it; the notebooks then run with
-  the cache the demo left. Without it, ``--cache`` (default: the repository's .numba_cache, as
+* ``--demo``: start from an empty numba cache (a fresh clone; the design-sweep and tuning caches
+  are empty scratch folders too) and run what ``make demo`` runs after installing,
+  ``pypto-lab tour``, timing it; the notebooks then run with the caches the demo left. Without it, ``--cache`` (default: the repository's .numba_cache, as
   ``make lab`` uses it).
 * Each notebook (default ``notebooks/00_quickstart.ipynb``) is executed ``--repeats`` times with
   nbclient as JupyterLab runs it (a fresh kernel, kernel start included in the total), with
@@ -33,10 +33,12 @@ ROOT = Path(__file__).resolve().parents[1]
 SLOW_S = 10.0
 
 
-def _env(cache: Path) -> dict[str, str]:
+def _env(cache: Path, scratch: Path | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.update(NUMBA_CACHE_DIR=str(cache), NUMBA_NUM_THREADS="2", MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1",
                PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
+    if scratch is not None:   # a fresh clone's user has no design-sweep or tuning cache either
+        env.update(PYPTO_LAB_SWEEP_CACHE=str(scratch / "sweep"), PYPTO_LAB_TUNING_CACHE=str(scratch / "tuning.json"))
     return env
 
 
@@ -44,7 +46,7 @@ def run_demo(cache: Path, out: Path) -> float:
     """``make demo``'s command on an empty cache; seconds."""
     t = time.perf_counter()
     subprocess.run([sys.executable, "-m", "pypto_lab.cli", "tour", "--html", str(out / "tour.html")], cwd=ROOT,
-                   env=_env(cache), check=True, stdout=subprocess.DEVNULL)
+                   env=_env(cache, out), check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - t
 
 
@@ -60,20 +62,23 @@ def _progress(cell) -> bool:
     """Whether a cell said something while it ran: a progress bar (tqdm's widget or text) or a
     printed line."""
     for o in cell.get("outputs", []):
-        text = o.get("text", "") if o.get("output_type") == "stream" else o.get("data", {}).get("text/plain", "")
+        data = o.get("data", {})
+        text = o.get("text", "") if o.get("output_type") == "stream" else data.get("text/plain", "")
         if o.get("output_type") == "stream" or any(mark in text for mark in ("%|", "it/s", "s/it")):
+            return True
+        if data == {"text/plain": ""}:   # a passing bar of pypto_lab.progress (leave=False), cleared when done
             return True
     return False
 
 
-def run_notebook(path: Path, cache: Path) -> tuple[float, list[tuple[int, str, float, bool]]]:
+def run_notebook(path: Path, cache: Path, scratch: Path | None) -> tuple[float, list[tuple[int, str, float, bool]]]:
     """(seconds from kernel start to the last cell, [(cell index, first line, seconds, showed progress)])."""
     import nbformat
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
     saved = dict(os.environ)
-    os.environ.update(_env(cache))
+    os.environ.update(_env(cache, scratch))
     try:
         t = time.perf_counter()
         NotebookClient(nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}},
@@ -109,7 +114,7 @@ def main() -> None:
             cache = Path(args.cache)
         for nb in args.notebooks:
             path = (ROOT / nb).resolve()
-            runs = [run_notebook(path, cache) for _ in range(args.repeats)]
+            runs = [run_notebook(path, cache, scratch if args.demo else None) for _ in range(args.repeats)]
             totals = [t for t, _ in runs]
             print(f"\n{path.name}: {args.repeats} runs, total (kernel start to last cell) median "
                   f"{statistics.median(totals):.1f} s, runs " + ", ".join(f"{t:.1f}" for t in totals))

@@ -162,3 +162,30 @@ def test_a_stored_progress_bar_shows_how_it_ended(tmp_path):
     texts = ["".join(o.get("data", {}).get("text/plain", "")) for o in nb.cells[0].outputs]
     assert any("12/12" in t for t in texts) and not any("0/12" in t for t in texts), texts
     assert not nb.cells[1].outputs
+
+
+def test_a_long_numba_compilation_says_so_once(capsys):
+    """Without `make demo`, the first simulation compiles numba kernels for up to a minute: the
+    listener of numba's compile events prints what is happening instead of a silent wait."""
+    import io
+    import time
+
+    import pypto_lab.hw  # noqa: F401  (installs the listener)
+    from pypto_lab.hw import compile_notice
+
+    assert compile_notice._INSTALLED is not None
+    out = io.StringIO()
+    notice = compile_notice.CompileNotice(delay=0.05, stream=out)
+    notice.on_start(None)          # a quick compilation: nothing said
+    notice.on_end(None)
+    time.sleep(0.1)
+    assert out.getvalue() == ""
+    notice.on_start(None)          # a long one, with a nested compilation inside
+    notice.on_start(None)
+    time.sleep(0.2)
+    notice.on_end(None)
+    notice.on_end(None)
+    notice.on_start(None)          # and another: said once only
+    time.sleep(0.2)
+    notice.on_end(None)
+    assert out.getvalue().count("compiling the simulator's numba kernels") == 1

@@ -255,7 +255,8 @@ def _check_key(key: str, value: Any, rule: KeyRule, where: str) -> None:
         if not (is_count(value) or whole) or value < rule.minimum:
             raise LLMConfigError(key, value, f"{rule.what} must be an integer >= {rule.minimum}"
                                  + (" (true/false is not a count)" if isinstance(value, bool) else ""),
-                                 [(rule.example, "")], "the model's config.json has it", where)
+                                 hint=f"the value the model's config.json gives, e.g. {{{key}={rule.example}}}",
+                                 where=where)
         return
     check_real(key, value, low=rule.low, high=rule.high, low_open=rule.low_open, example=rule.example,
                what=rule.what, where=where)

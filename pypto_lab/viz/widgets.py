@@ -77,18 +77,24 @@ EXPLORER_DPI = 200         # PNG pixels per inch: 2 device pixels per CSS pixel 
 STATIC_DPI = 100           # the picture a saved notebook keeps beside the widget: 1 pixel per CSS pixel
 
 
-def _png_bytes(canvas: FigureCanvasAgg, compress_level: int, palette=None) -> bytes:
+def _png_bytes(canvas: FigureCanvasAgg, compress_level: int, palette=None, description: str | None = None) -> bytes:
     """PNG of the canvas: RGB, or with ``palette`` (a PIL "P" image, `_explorer_palette`) each
     pixel mapped to its nearest palette colour, a third of the bytes to compress (a fifth of the
-    time of RGB at 1920 x 600 px: the explorer's colours are few)."""
-    from PIL import Image
+    time of RGB at 1920 x 600 px: the explorer's colours are few). ``description`` is stored in the
+    file (an iTXt chunk): what the picture shows, so two states that draw alike (the swimlane's
+    axis is relative) are still two images, and the browser shows each new one."""
+    from PIL import Image, PngImagePlugin
 
     buf = io.BytesIO()
     # RGB: the figure is opaque, and a quarter less to encode and send
     rgb = Image.frombuffer("RGBA", canvas.get_width_height(), canvas.buffer_rgba(), "raw", "RGBA", 0, 1).convert("RGB")
     if palette is not None:
         rgb = rgb.quantize(palette=palette, dither=Image.Dither.NONE)
-    rgb.save(buf, format="png", compress_level=compress_level)
+    info = None
+    if description:
+        info = PngImagePlugin.PngInfo()
+        info.add_itxt("Description", description)
+    rgb.save(buf, format="png", compress_level=compress_level, pnginfo=info)
     return buf.getvalue()
 
 
@@ -493,7 +499,8 @@ class _Explorer:
         for a in self._dynamic:
             if a.get_visible() and id(a) not in self._saved_only:
                 a.draw(renderer)
-        return _png_bytes(canvas, compress_level, _explorer_palette())
+        state = f"{self.text}\ndouble_buffer {self.double_buffer.value}"
+        return _png_bytes(canvas, compress_level, _explorer_palette(), state)
 
     def png(self, dpi: int = STATIC_DPI) -> bytes:
         """The figure as it stands, as PNG bytes at ``dpi`` (what a saved notebook keeps)."""

@@ -10,7 +10,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 # tests/test_browser.py drives Debian's chromium: Playwright must never download a browser of its own
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
-.PHONY: demo test lab install install-dev browser binder-url lint bench calibrate fit clean
+.PHONY: demo test lab trust install install-dev browser binder-url lint bench calibrate fit clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,8 +47,15 @@ demo: install
 # the course: JupyterLab on notebooks/ (00_quickstart first; notebooks/README.md is the guide).
 # LAB_ARGS passes more options, e.g. make lab LAB_ARGS="--no-browser --port 8899"
 LAB_ARGS ?=
-lab: install
+lab: install trust
 	cd notebooks && ../$(BIN)/jupyter lab --notebook-dir=. $$( [ "$$(id -u)" = 0 ] && echo --allow-root ) $(LAB_ARGS) 00_quickstart.ipynb
+
+# sign the shipped notebooks with this user's Jupyter secret, so JupyterLab shows their stored
+# outputs (pictures, widgets' static views) as trusted: they were executed by this repository's
+# generators, not written by a stranger (tests/test_first_hour.py checks the result)
+NOTEBOOKS_TO_TRUST := $(wildcard notebooks/*.ipynb notebooks/exercises/*.ipynb notebooks/exercises/solutions/*.ipynb)
+trust:
+	@$(BIN)/jupyter trust $(NOTEBOOKS_TO_TRUST) >/dev/null && echo "make: $(words $(NOTEBOOKS_TO_TRUST)) notebooks signed as trusted"
 
 # two pytest workers (pytest-xdist); --dist loadfile keeps each file, and so each notebook's cells,
 # in order on one worker. TEST_WORKERS=0 runs in this process (e.g. for pdb).

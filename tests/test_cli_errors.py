@@ -1,6 +1,7 @@
 """Bad command-line input ends with one line on stderr, "pypto-lab: error: ..." naming the value, the
 rule and a fix, and exit code 2: no traceback, no silently changed value."""
 
+import re
 import sys
 import textwrap
 
@@ -110,7 +111,10 @@ def test_a_folder_as_chip_is_refused(capsys, tmp_path, argv):
     (["calibrate", "--chip", "Ascend910B1", "--json", "{out}"], "--json"),
     (["report", "resnet50", "--json", "{out}"], "--json"),
     (["tour", "--chips", "Ascend910A", "--html", "{out}"], "--html"),
-], ids=["matmul", "vector", "calibrate", "report", "tour"])
+    (["llm", "gpt2", "--json", "{out}"], "--json"),
+    (["serve", "gpt2", "--quiet", "--json", "{out}"], "--json"),
+    (["validate", "--quiet", "--json", "{out}"], "--json"),
+], ids=["matmul", "vector", "calibrate", "report", "tour", "llm", "serve", "validate"])
 def test_an_output_that_cannot_be_written_is_refused_before_the_work(capsys, tmp_path, argv, flag):
     line = _error(capsys, [a.replace("{out}", str(tmp_path)) for a in argv])
     assert f"{flag} {tmp_path}: is a folder, not a file" in line and f"e.g. {flag} out/" in line
@@ -145,3 +149,48 @@ def test_negative_sizes_and_top_are_refused(capsys):
     assert "matmul m = -64" in _error(capsys, ["matmul", "-64", "64", "64"])
     assert "numel = -5" in _error(capsys, ["vector", "softmax", "-5"])
     assert "--top -1: must be 0 or more" in _error(capsys, ["report", "resnet50", "--top", "-1"])
+
+
+@pytest.mark.parametrize("argv", [["llm", "gpt2"], ["serve", "gpt2", "--quiet"], ["validate", "--quiet"]],
+                         ids=["llm", "serve", "validate"])
+def test_llm_serve_and_validate_check_their_output_before_any_work(capsys, tmp_path, monkeypatch, argv):
+    """Issue 30: `validate --json` into a folder that cannot be written ran 3.5 minutes, then failed."""
+    import pypto_lab.cli.llm as cli_llm
+
+    def never(*args, **kwargs):
+        raise AssertionError("the work started before the output path was checked")
+    for name in ("validate", "serve", "simulate_generation"):
+        monkeypatch.setattr(cli_llm, name, never)
+    monkeypatch.setattr("pypto_lab.files.atomic.os.access", lambda path, mode: False)   # a folder this user cannot write
+    line = _error(capsys, [*argv, "--json", str(tmp_path / "r.json")])
+    assert f"--json {tmp_path / 'r.json'}: permission denied (cannot write into {tmp_path})" in line
+
+
+def test_an_output_the_permission_bits_allow_but_the_system_refuses_is_refused(capsys, tmp_path, monkeypatch):
+    """A read-only mount, /proc, a full quota: the path is tried, not only its permission bits."""
+    import pypto_lab.files.atomic as fileio
+
+    def refuse(path):
+        raise PermissionError(30, "Read-only file system", str(path))
+    monkeypatch.setattr(fileio, "_create_beside", refuse)
+    line = _error(capsys, ["llm", "gpt2", "--json", str(tmp_path / "r.json")])
+    assert f"cannot write into {tmp_path} (Read-only file system)" in line and "e.g. --json out/llm.json" in line
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["llm", "gpt2", "--batch", "0"], "--batch 0: sequences in the batch must be an integer >= 1; e.g. --batch 1"),
+    (["llm", "gpt2", "--prompt", "-5"], "--prompt -5: prompt tokens per sequence must be an integer >= 1; e.g. --prompt 128"),
+    (["llm", "gpt2", "--launch-us", "-1"], "--launch-us -1: a per-kernel launch cost in us must be a finite number >= 0; "
+                                           "e.g. --launch-us 0"),
+    (["serve", "gpt2", "--rate", "0", "--quiet"], "--rate 0: requests per second must be a number > 0; e.g. --rate 10 "
+                                                  "or --rate inf (every request at t=0)"),
+    (["serve", "gpt2", "--block-size", "0", "--quiet"], "--block-size 0: tokens per KV block must be an integer >= 1; "
+                                                        "e.g. --block-size 128"),
+    (["serve", "gpt2", "--requests", "0", "--quiet"], "--requests 0: requests to serve must be an integer >= 1; "
+                                                      "e.g. --requests 1000"),
+    (["validate", "--level", "7"], "level 7: the optimisation levels are 0, 1, 2, 3. Fix: --level 3"),
+], ids=["batch", "prompt", "launch-us", "rate", "block-size", "requests", "level"])
+def test_llm_fixes_are_written_as_flags(capsys, argv, expected):
+    line = _error(capsys, argv)
+    assert expected in line
+    assert not re.search(r"\b(batch|prompt_len|launch_us|rate|block_size|requests|level)=|float\(", line), line  # no Python

@@ -1,4 +1,4 @@
-"""pypto_lab.fileio: output files are written whole, with the permissions open(path, "w") gives."""
+"""pypto_lab.files.atomic: output files are written whole, with the permissions open(path, "w") gives."""
 
 import os
 import stat

@@ -177,13 +177,15 @@ def test_max_num_seqs_caps_the_batch():
 
 @pytest.mark.parametrize("rate", [0, -1.0, float("nan"), "fast"])
 def test_bad_rate_names_rule_value_fix(rate):
-    with pytest.raises(ServingConfigError, match=r"rate must be > 0.*got.*Fix"):
+    with pytest.raises(ServingConfigError, match=r"rate = .*: requests per second must be a number > 0\. Fix: "
+                                                 r"rate=10\.0 or rate=float\('inf'\)"):
         serve(rate=rate)
 
 
 @pytest.mark.parametrize("bs", [0, -16, 1.5])
 def test_bad_block_size_names_rule_value_fix(bs):
-    with pytest.raises(ServingConfigError, match=r"block_size must be an integer >= 1 \(got .*\)\. Fix"):
+    with pytest.raises(ServingConfigError, match=r"block_size = .*: tokens per KV block must be an integer >= 1\. "
+                                                 r"Fix: block_size=128"):
         serve(block_size=bs)
 
 
@@ -202,14 +204,14 @@ def test_bad_csv_names_the_columns(tmp_path):
     with pytest.raises(ServingConfigError, match=r"prompt_tokens,output_tokens.*has \['input', 'output'\].*Fix"):
         serve(lengths=path)
     path.write_text("prompt_tokens,output_tokens,arrival_s\n10,5,soon\n")
-    with pytest.raises(ServingConfigError, match=r"row 0: arrival_s must be a finite time >= 0 s \(got 'soon'\)"):
+    with pytest.raises(ServingConfigError, match=r"line 2: arrival_s must be a finite time >= 0 s \(got 'soon'\)"):
         serve(lengths=path)
 
 
 def test_bad_trace_rows_and_scheduler():
     with pytest.raises(ServingConfigError, match=r"row 1.*>= 1 token.*Fix"):
         serve(lengths=[(10, 5), (0, 5)])
-    with pytest.raises(ServingConfigError, match=r"scheduler must be one of.*got 'fifo'"):
+    with pytest.raises(ServingConfigError, match=r"scheduler = 'fifo': must be one of continuous, static"):
         serve(scheduler="fifo")
 
 

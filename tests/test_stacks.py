@@ -175,7 +175,7 @@ def test_a_stack_that_applies_no_fusion_leaves_the_graph_unfused_and_says_why():
 def test_the_llm_engine_refuses_the_old_launch_argument_with_the_stack_fix():
     from pypto_lab.llm import LLMConfigError, simulate_generation
 
-    with pytest.raises(LLMConfigError, match=r"with_values\(launch_us=10"):
+    with pytest.raises(LLMConfigError, match=r"launch_us = 10: .*software stack.*with_values\(launch_us="):
         simulate_generation("qwen2-0.5b", output_len=2, launch_us=10)
 
 

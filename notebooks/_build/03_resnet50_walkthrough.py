@@ -468,7 +468,7 @@ code("""
 # NBVAL_IGNORE_OUTPUT
 from pypto_lab.validation import DATA, published_rows, validate
 rows = [r for r in published_rows([DATA / "published_310P3_inference.csv"]) if r.batch <= 16]
-check = validate(rows=rows)
+check = validate(rows=rows, progress=True)
 print(check.table())
 """)
 

@@ -262,16 +262,18 @@ kernels run one after another. Level 3's two-stream schedule lets an independent
 next to a Cube one. `conv1` is MTE2-bound: its 7 × 7 × 3 input patches (K = 147) give the Cube
 little work per byte loaded.
 
-In Jupyter, the sliders below move the window (the static figure above is what a reader on GitHub
-sees):
+In Jupyter, the sliders below move the window (a saved copy of the notebook keeps the window as it
+was last drawn):
 """)
 
 code("""
-def _show(start_kernel=0, count=5):
-    display(plot_model_swimlane(om, start_kernel=start_kernel, count=count, cores=(0,)))
+from pypto_lab.viz.widgets import figure_interact
 
-swimlane_widget = W.interactive(_show, start_kernel=W.IntSlider(value=20, min=0, max=len(report.kernels) - 1),
-                                count=W.IntSlider(value=4, min=1, max=12))
+swimlane_widget = figure_interact(
+    lambda start_kernel, count: plot_model_swimlane(om, start_kernel=start_kernel, count=count, cores=(0,)),
+    title="the model's swimlane, core 0",
+    start_kernel=W.IntSlider(value=20, min=0, max=len(report.kernels) - 1, description="start_kernel"),
+    count=W.IntSlider(value=4, min=1, max=12, description="count"))
 swimlane_widget
 """)
 

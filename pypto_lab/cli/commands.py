@@ -9,15 +9,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 from ..compiler.optimize import LEVELS, optimize
-from ..files.atomic import write_json_atomic
+from ..files.atomic import check_writable, write_json_atomic
 from ..hw.calibration import calibrate, format_calibration
 from ..hw.chip import DEFAULT_CHIP, PRESET_DIR, ChipConfigError, get_chip, list_chips
 from ..hw.kernels import VECTOR_OPS, simulate_matmul, simulate_vector
 from ..hw.tiling import TilingError
 from ..llm import HBMCapacityError
+from ..llm.validation import cli_text
 from ..models.zoo import load_model
 from ..stack import DEFAULT_STACK, STACK_DIR, get_stack, list_stacks
 from ..viz.tour_report import write_tour_report
@@ -52,19 +52,7 @@ def _chip(value: str, flag: str = "--chip") -> str:
 def _writable(flag: str, value: str | None, example: str = "out/result.json") -> None:
     """Refuse an output path that cannot be written (a folder, under a file, in a folder that
     cannot be written), before the work that produces it."""
-    if not value:
-        return
-    path = Path(value)
-    fix = f"give a file path you can write, e.g. {flag} {example}"
-    if path.is_dir():
-        raise CliError(f"{flag} {value}: is a folder, not a file; {fix}")
-    folder = path.parent
-    while not folder.exists() and folder != folder.parent:  # the folders that would be created
-        folder = folder.parent
-    if not folder.is_dir():
-        raise CliError(f"{flag} {value}: {folder} is a file, so no folder can be made there; {fix}")
-    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise CliError(f"{flag} {value}: permission denied (cannot write into {folder}); {fix}")
+    check_writable(value, flag, example)
 
 
 def _write_json(flag: str, path: str, obj) -> None:
@@ -103,18 +91,20 @@ def chip_table() -> str:
 
 
 def matmul_sweep(chip: str, shapes=SWEEP, dtype: str = "fp16") -> str:
+    """Each shape's simulated matmul with the simulator's default tiling. The tiling itself is not
+    printed: on the 910B1 it is exercise 1's answer, which a student should find before seeing it
+    (``simulate_matmul(...).tile`` gives it)."""
     rows = []
     for m, k, n in shapes:
         r = simulate_matmul(m, k, n, dtype=dtype, chip=chip)
         rows.append([f"{m}x{k}x{n}", f"{r.cycles:,.0f}", f"{r.time_us:,.1f}", f"{r.tflops:.1f}",
-                     f"{100 * r.cube_utilization:.1f}%", r.bound, str(get_tile_text(r))])
-    return _table(["shape (MxKxN)", "cycles", "time us", "TFLOPS", "cube util", "bound", "tile"], rows,
-                  "lrrrrll")
+                     f"{100 * r.cube_utilization:.1f}%", r.bound])
+    return _table(["shape (MxKxN)", "cycles", "time us", "TFLOPS", "cube util", "bound"], rows, "lrrrrl")
 
 
-def get_tile_text(report) -> str:
-    t = report.tile
-    return f"m[{t['m_l0']},{t['m_l1']}] k[{t['k_l0']},{t['k_l1']}] n[{t['n_l0']},{t['n_l1']}]"
+NEXT_STEPS = """
+next: the course. `make lab` opens JupyterLab on notebooks/ at 00_quickstart.ipynb (notebooks/README.md
+is the guide: eleven notebooks in order, then six exercises in notebooks/exercises/)."""
 
 
 def cmd_tour(args) -> int:
@@ -127,12 +117,11 @@ def cmd_tour(args) -> int:
     for chip in args.chips or list_chips():
         print(f"\n{chip}: fp16 matmul sweep (peak {get_chip(chip).peak_tflops('fp16'):.1f} TFLOPS)")
         print(matmul_sweep(chip))
-    if args.no_html:
-        return 0
-
-    print("\nthe ResNet-50 and BERT-base walkthroughs, levels 0-3 (pass by pass and figures in the HTML report):")
-    tour = write_tour_report(args.html, chips=args.chips or None, progress=lambda text: print(text, flush=True))
-    print(f"\nwrote {args.html} ({tour.seconds:,.0f} s)")
+    if not args.no_html:
+        print("\nthe ResNet-50 and BERT-base walkthroughs, levels 0-3 (pass by pass and figures in the HTML report):")
+        tour = write_tour_report(args.html, chips=args.chips or None, progress=lambda text: print(text, flush=True))
+        print(f"\nwrote {args.html} ({tour.seconds:,.0f} s)")
+    print(NEXT_STEPS)
     return 0
 
 
@@ -341,15 +330,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (ChipConfigError, TilingError, ValueError, KeyError, OSError, HBMCapacityError) as exc:
-        print(f"pypto-lab: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"pypto-lab: error: {_one_line(exc, getattr(args, 'flags', None))}", file=sys.stderr)
         return 2
 
 
-def _one_line(exc: BaseException) -> str:
+def _one_line(exc: BaseException, flags: dict[str, str] | None = None) -> str:
+    """The error in one line; an argument error's fix in this command's flags (``--batch 1``, not
+    ``batch=1``) when the command says which flag each argument is (``flags``)."""
     if isinstance(exc, OSError) and exc.strerror:  # e.g. a file vanished between the check and the write
         where = f" {exc.filename}" if exc.filename else ""
         return f"{exc.strerror}:{where}; check the path and its permissions, or choose another one"
-    text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+    text = exc.args[0] if isinstance(exc, KeyError) and exc.args else cli_text(exc, flags or {})
     return " ".join(str(text).split())
 
 

@@ -7,11 +7,21 @@ from __future__ import annotations
 import argparse
 import math
 
-from ..files.atomic import write_json_atomic
+from ..files.atomic import check_writable, write_json_atomic
 from ..hw.chip import DEFAULT_CHIP
 from ..llm import known_models, serve, simulate_generation
+from ..llm.validation import check_real
 from ..stack import DEFAULT_LLM_STACK, get_stack, list_stacks
 from ..validation.validate import validate
+
+# each command's arguments as its flags: errors about an argument give their fix in these
+# (``--batch 1``, ``--rate inf``), not in Python (`pypto_lab.llm.validation.cli_text`)
+COMMON_FLAGS = {"chip": "--chip", "cards": "--cards", "precision": "--precision", "kv_dtype": "--kv-dtype",
+                "launch_us": "--launch-us"}
+LLM_FLAGS = {**COMMON_FLAGS, "batch": "--batch", "prompt_len": "--prompt", "output_len": "--output", "tp": "--tp"}
+SERVE_FLAGS = {**COMMON_FLAGS, "requests": "--requests", "rate": "--rate", "seed": "--seed",
+               "scheduler": "--scheduler", "max_batched_tokens": "--max-batched-tokens", "block_size": "--block-size",
+               "lengths": "--lengths"}
 
 
 def _rate(text: str) -> float:
@@ -28,10 +38,14 @@ def _model_help() -> str:
 def _stack(args):
     """The --stack preset, with --launch-us in place of its per-kernel launch when given."""
     stack = get_stack(args.stack)
-    return stack if args.launch_us is None else stack.with_values(launch_us=args.launch_us)
+    if args.launch_us is None:
+        return stack
+    launch = check_real("launch_us", args.launch_us, low=0.0, example=0.0, what="a per-kernel launch cost in us")
+    return stack.with_values(launch_us=launch)
 
 
 def cmd_llm(args) -> int:
+    check_writable(args.json, "--json", "out/llm.json")
     rep = simulate_generation(args.model, batch=args.batch, prompt_len=args.prompt, output_len=args.output,
                               chip=args.chip, cards=args.cards, tp=args.tp, precision=args.precision,
                               kv_dtype=args.kv_dtype, stack=_stack(args))
@@ -43,6 +57,7 @@ def cmd_llm(args) -> int:
 
 
 def cmd_serve(args) -> int:
+    check_writable(args.json, "--json", "out/serve.json")
     rep = serve(args.model, chip=args.chip, requests=args.requests, rate=args.rate, seed=args.seed, cards=args.cards,
                 scheduler=args.scheduler, max_batched_tokens=args.max_batched_tokens, block_size=args.block_size,
                 precision=args.precision, kv_dtype=args.kv_dtype, stack=_stack(args), lengths=args.lengths,
@@ -55,6 +70,7 @@ def cmd_serve(args) -> int:
 
 
 def cmd_validate(args) -> int:
+    check_writable(args.json, "--json", "out/validate.json")
     rep = validate(chip=args.chip, level=args.level, progress=not args.quiet)
     print(rep.table())
     if args.json:
@@ -91,11 +107,11 @@ def add_llm_commands(sub) -> None:
                        help="the device-side launch cost of each kernel, in place of the stack's (microseconds)")
         q.add_argument("--json", help="also write the report as JSON")
     g.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: all cards)")
-    g.set_defaults(func=cmd_llm)
-    s.set_defaults(func=cmd_serve)
+    g.set_defaults(func=cmd_llm, flags=LLM_FLAGS)
+    s.set_defaults(func=cmd_serve, flags=SERVE_FLAGS)
     v = sub.add_parser("validate", help="whole models against published Ascend throughput (datasets/published/)")
     v.add_argument("--chip", default=None, help="only this chip's rows (default: every row)")
     v.add_argument("--level", type=int, default=3, help="optimisation level (default 3)")
     v.add_argument("--quiet", action="store_true", help="no progress bar")
     v.add_argument("--json", help="also write the rows and errors as JSON")
-    v.set_defaults(func=cmd_validate)
+    v.set_defaults(func=cmd_validate, flags={"chip": "--chip", "level": "--level"})

@@ -331,7 +331,31 @@ class OMModel:
         return self._runtime
 
     def __call__(self, *inputs: Any) -> Any:
-        return self.runtime.run(tuple(inputs), {})
+        from ..runtime.interpreter import RuntimeInputError
+
+        try:
+            return self.runtime.run(tuple(inputs), {})
+        except RuntimeInputError as exc:
+            raise RuntimeInputError(self._recompile_hint(str(exc), inputs)) from None
+
+    def _recompile_hint(self, message: str, inputs: tuple) -> str:
+        """The runtime's message with an OM's fix: an OM is compiled for its input shapes (ATC's
+        --input_shape), so the fix is another atc run, not `optimize`."""
+        head = message.split("; the optimised graph is specialised", 1)[0].split("; call pypto_lab.optimize", 1)[0]
+        names = [i["name"] for i in self.inputs]
+        shapes = [tuple(x.shape) if isinstance(x, torch.Tensor) else None for x in inputs]
+        if len(shapes) == len(names) and all(shapes):
+            flag = ";".join(f"{n}:{','.join(map(str, s))}" for n, s in zip(names, shapes))
+        else:
+            flag = ";".join(f"{i['name']}:{','.join(map(str, i.get('shape', ())))}" for i in self.inputs)
+        src = self.manifest.get("source") or {}
+        model = src.get("model") or "model.onnx"
+        soc = src.get("soc_version") or self.chip.name
+        return (f"{head}; {self.path.name} was compiled for the input shapes "
+                + ", ".join(f"{i['name']} {tuple(i.get('shape', ()))}" for i in self.inputs)
+                + f" (an OM is fixed to its shapes, as ATC's are). Fix: compile one for these shapes: pypto-lab atc "
+                f"--model={model} --framework=5 --output={self.path.with_suffix('')} --soc_version={soc} "
+                f"--input_shape=\"{flag}\"")
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{i['name']}{tuple(i.get('shape', ()))}" for i in self.inputs)

@@ -655,7 +655,26 @@ class ONNXModule(torch.nn.Module):
             one = helper.make_model(helper.make_graph([node], f"fallback_{node.op_type}", ins,
                                                       [o.pop("info") for o in outs]),
                                     opset_imports=list(model.opset_import), ir_version=model.ir_version)
+            self._check_runnable(node, one)
             self._fallback[idx] = (one.SerializeToString().hex(), json.dumps(outs))
+
+    def _check_runnable(self, node: onnx.NodeProto, one: onnx.ModelProto) -> None:
+        """A CPU fallback runs on onnx's reference evaluator: an operator it has no implementation
+        of (a custom domain's, or one onnx does not ship) is refused now, at import (``atc``) time,
+        not when the compiled model first runs."""
+        from onnx.reference import ReferenceEvaluator
+
+        try:
+            ReferenceEvaluator(one)
+        except Exception as exc:  # noqa: BLE001  (NotImplementedError for an unknown op, others for bad attributes)
+            where = f"{node.domain}::{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
+            raise OnnxImportError(
+                f"ONNX operator {where} (node {node.name or node.output[0]}) cannot run: the importer does not convert "
+                f"it, and onnx's reference evaluator, which runs unconverted operators as CPU fallbacks, has no "
+                f"implementation of it ({type(exc).__name__}: {str(exc).splitlines()[0][:160]}). Fix: export the "
+                "model with standard ONNX operators (a custom domain's op, e.g. a vendor's fused kernel, has no "
+                "meaning outside its runtime), or compile the PyTorch model with pypto_lab.optimize and give the "
+                "op an implementation there (pypto_lab.custom_op)") from None
 
     def _unknown_msg(self, node, why: str) -> str:
         known = ", ".join(sorted(OPS))

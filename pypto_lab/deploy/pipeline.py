@@ -473,7 +473,7 @@ class PipelineResult:
     def chrome_trace(self, path: str | Path | None = None) -> dict[str, Any]:
         """The run as a Chrome trace (chrome://tracing, Perfetto): process 0 has one lane per stream
         (its host pre-processing, copies and execution), process 1 one lane per host thread and
-        engine. Written whole to ``path`` when given (`pypto_lab.fileio.write_text_atomic`)."""
+        engine. Written whole to ``path`` when given (`pypto_lab.files.write_text_atomic`)."""
         events: list[dict[str, Any]] = [
             {"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "streams"}},
             {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": f"{self.chip} engines"}},

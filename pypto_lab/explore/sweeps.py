@@ -573,9 +573,9 @@ def _compute(points, keys, rows, todo, folder, client, scheduler, n_workers, pro
         futures = {c.submit(run_point, points[i], key=f"pypto-sweep-{keys[i]}", pure=False): i for i in todo}
         bar = None
         if progress:
-            from tqdm.auto import tqdm
+            from ..files.progress import progress as progress_bar
 
-            bar = tqdm(total=len(todo), desc="design points", unit="pt")
+            bar = progress_bar(total=len(todo), desc="design points", unit="pt")
         try:
             for fut in as_completed(futures):
                 i = futures[fut]

@@ -16,6 +16,7 @@ from .chip import (
     list_chips,
     load_chip,
 )
+from .compile_notice import install as _install_compile_notice
 from .energy import EnergyModelError, EnergySummary, EnergyTable, kernel_energy, kernel_traffic
 from .kernels import KernelReport, simulate_conv2d, simulate_matmul, simulate_vector
 from .simulator import Program, Timeline, simulate
@@ -35,3 +36,6 @@ __all__ = [
     "list_chips", "load_chip", "microbench", "simulate", "simulate_attention", "simulate_conv2d", "simulate_matmul",
     "simulate_vector",
 ]
+
+
+_install_compile_notice()   # numba compiles on first use: a first run on a machine says so, not a silent wait

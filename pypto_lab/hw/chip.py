@@ -258,6 +258,10 @@ def read_preset_document(path: str | Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise ChipConfigError(f"{path}: not valid TOML: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ChipConfigError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}): "
+                              f"a preset is a UTF-8 TOML file. Fix: save it as UTF-8, starting from a copy of a "
+                              f"shipped preset in {PRESET_DIR}") from None
 
 
 def chip_from_document(doc: dict[str, Any], label: str, path: str = "") -> Chip:

@@ -448,13 +448,16 @@ def _simulate_cores(bm_all, bn_all, offsets, limit, geo, num, frac, paths, kinds
                np.zeros(1, np.int64), np.empty(0, np.int64))
     cnt = np.zeros(3, np.int64)
     count_only = nothing + (np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(1), np.zeros(0, np.int64))
+    # an int64, not the literal -1: numba would compile _cube_core once more for Literal[int](-1),
+    # apart from the int64 barrier the timeline builder (CubeProgram.emit) passes (30 s each)
+    no_barrier = np.int64(-1)
     n_all = 0
     for g in range(g_count):
         cnt[0] = 0
         cnt[1] = 0
         bm = bm_all[offsets[g]:offsets[g + 1]]
         bn = bn_all[offsets[g]:offsets[g + 1]]
-        _cube_core(count_only, cnt, cores, bm, bn, geo, num, frac, paths, kinds, ops, -1)
+        _cube_core(count_only, cnt, cores, bm, bn, geo, num, frac, paths, kinds, ops, no_barrier)
         sizes[g, 0] = cnt[0]
         sizes[g, 1] = cnt[1]
         n_all += cnt[0]
@@ -466,7 +469,7 @@ def _simulate_cores(bm_all, bn_all, offsets, limit, geo, num, frac, paths, kinds
         bm = bm_all[offsets[g]:offsets[g + 1]]
         bn = bn_all[offsets[g]:offsets[g + 1]]
         sim = nothing + (np.zeros(21), busy[g], np.empty(sizes[g, 0]), total[g:g + 1], first[g])
-        _cube_core(sim, cnt, cores, bm, bn, geo, num, frac, paths, kinds, ops, -1)
+        _cube_core(sim, cnt, cores, bm, bn, geo, num, frac, paths, kinds, ops, no_barrier)
     return sizes, busy, total, first, True
 
 

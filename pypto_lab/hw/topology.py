@@ -165,6 +165,10 @@ def load_topology(path: str | Path) -> Topology:
             doc = tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise TopologyError(f"{path}: not valid TOML: {exc}; fix: compare with a shipped preset") from exc
+    except UnicodeDecodeError as exc:
+        raise TopologyError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}): a "
+                            f"topology is a UTF-8 TOML file; fix: save it as UTF-8, starting from a copy of a shipped "
+                            f"preset in {TOPOLOGY_DIR}") from None
     unknown = sorted(set(doc) - _TOP_KEYS)
     if unknown:
         raise r.fail(unknown[0], doc[unknown[0]], "unknown section", "use only [topology] and [[levels]]")

@@ -14,9 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-
-class LLMConfigError(ValueError):
-    """A model argument the LLM engine cannot read; the message names the rule, the value and a fix."""
+from .validation import LLMConfigError, check_config, check_spec
 
 
 def _hf(repo: str) -> str:
@@ -297,34 +295,67 @@ def known_models() -> list[str]:
 
 def spec_of(model: Any) -> LLMSpec:
     """The `LLMSpec` of ``model``: a known name, a ``config.json`` path, a config dict or object, an
-    `LLMSpec`, or a module with a ``.config``."""
+    `LLMSpec`, or a module with a ``.config``. Every one passes the same gate
+    (`validation.check_config` on the config's keys, `validation.check_spec` on the spec)."""
     if isinstance(model, LLMSpec):
-        return model
+        return check_spec(model)
     if isinstance(model, str) and model.lower() in KNOWN_MODELS:
-        return spec_from_dict(KNOWN_MODELS[model.lower()], name=model.lower())
+        return _checked(KNOWN_MODELS[model.lower()], name=model.lower())
     if isinstance(model, (str, Path)):
         p = Path(model)
         if p.is_dir():
             p = p / "config.json"
         if p.suffix == ".json" and p.is_file():
-            try:
-                cfg = json.loads(p.read_text())
-            except json.JSONDecodeError as e:
-                raise LLMConfigError(f"{p}: not valid JSON ({e}). Fix: pass a Hugging Face config.json") from e
-            return spec_from_dict(cfg, name=cfg.get("_name_or_path") or p.parent.name or p.stem)
+            cfg = read_config_json(p)
+            return _checked(cfg, name=cfg.get("_name_or_path") or p.parent.name or p.stem, where=str(p))
         raise LLMConfigError(
             f"model {str(model)!r}: not a known name and not a config.json file. Rule: a model is a known name "
             f"({', '.join(known_models())}), a config.json path, a transformers config or a causal-LM module. "
             "Fix: check the spelling or the path")
     if isinstance(model, dict):
-        return spec_from_dict(model)
+        return _checked(model)
     cfg = getattr(model, "config", None) if not hasattr(model, "to_dict") else model
     if cfg is not None and hasattr(cfg, "to_dict"):
         d = cfg.to_dict()
-        return spec_from_dict(d, name=d.get("_name_or_path") or None)
+        return _checked(d, name=d.get("_name_or_path") or None)
     raise LLMConfigError(
         f"model of type {type(model).__name__}: the LLM engine reads a known name, a config.json path, a "
         "transformers PretrainedConfig, a config dict, an LLMSpec or a module with a .config. Fix: pass one of these")
+
+
+def read_config_json(path: str | Path) -> dict[str, Any]:
+    """The dict of a ``config.json`` file; `LLMConfigError` for a file that is not UTF-8 JSON of an object."""
+    p = Path(path)
+    try:
+        text = p.read_bytes().decode("utf-8-sig")
+        cfg = json.loads(text)
+    except UnicodeDecodeError as e:
+        raise LLMConfigError(f"{p}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}). Rule: a "
+                             "config.json is UTF-8 JSON. Fix: pass the model's config.json as Hugging Face "
+                             "writes it") from None
+    except json.JSONDecodeError as e:
+        raise LLMConfigError(f"{p}: not valid JSON ({e}). Fix: pass a Hugging Face config.json") from None
+    except OSError as e:
+        raise LLMConfigError(f"{p}: cannot be read ({e.strerror or e}). Fix: check the path and its "
+                             "permissions") from None
+    if not isinstance(cfg, dict):
+        raise LLMConfigError(f"{p}: holds a JSON {type(cfg).__name__}, not an object. Rule: a config.json is one "
+                             "JSON object of config keys. Fix: pass the model's config.json")
+    return cfg
+
+
+def _checked(cfg: dict[str, Any], name: str | None = None, where: str = "") -> LLMSpec:
+    """``spec_from_dict`` behind the gate: the config's keys checked first (errors name them), a
+    key the architecture needs and lacks named, then the spec itself checked."""
+    check_config(cfg, where=where or str(name or cfg.get("_name_or_path") or cfg.get("model_type") or ""))
+    try:
+        spec = spec_from_dict(cfg, name=name)
+    except KeyError as e:
+        mt = cfg.get("model_type")
+        raise LLMConfigError(f"{where or name or mt}: the config has no {e.args[0]!r} key, which a {mt} model needs. "
+                             f"Fix: add it (the model's config.json has it), or pass a known name "
+                             f"({', '.join(known_models())})") from None
+    return check_spec(spec)
 
 
 def with_layers(spec: LLMSpec, layers: int) -> LLMSpec:

@@ -34,7 +34,8 @@ from .memory import (
     kv_bytes_per_token,
     weights_bytes,
 )
-from .serving import ServeReport, simulate_serving
+from .serving import ServeReport, check_serving_arguments, read_trace, simulate_serving
+from .validation import check_count, check_positions, check_real, hinted
 
 
 def default_topology(chip: Chip, cards: int):
@@ -56,9 +57,11 @@ def default_topology(chip: Chip, cards: int):
     return min(fits)[3]
 
 
-LAUNCH_MOVED = ("launch_us = {v!r}: the cost of launching a kernel is the software stack's. Fix: "
-                "stack=pypto_lab.get_stack('{stack}').with_values(launch_us={v!r}) (or a stack preset of "
-                "pypto_lab.list_stacks())")
+def launch_moved(value, stack) -> LLMConfigError:
+    """The error for the engine's old ``launch_us`` argument: the launch cost is the stack's now."""
+    return LLMConfigError("launch_us", value, "the cost of launching a kernel belongs to the software stack, not to "
+                          "the engine's arguments", hint=f"pass stack=pypto_lab.get_stack('{get_stack(stack).name}')"
+                          f".with_values(launch_us=...) (or a preset of pypto_lab.list_stacks())")
 
 
 def hardware(chip: str | Chip, cards: int = 1, tp: int | None = None, ep: int = 1, precision: str = "fp16",
@@ -67,12 +70,14 @@ def hardware(chip: str | Chip, cards: int = 1, tp: int | None = None, ep: int = 
     ``stack`` the software stack running the steps (`pypto_lab.stack`)."""
     chip = get_chip(chip)
     stack = get_stack(stack)
-    if not isinstance(cards, int) or cards < 1:
-        raise LLMConfigError(f"cards = {cards!r}: a positive number of cards. Fix: cards=1 or more")
-    tp = cards if tp is None else tp
-    if tp < 1 or cards % tp:
-        raise LLMConfigError(f"tp = {tp} with cards = {cards}: tensor parallelism uses a divisor of the card count "
-                             f"(the rest replicate as data parallelism). Fix: tp in {[d for d in range(1, cards + 1) if cards % d == 0]}")
+    cards = check_count("cards", cards, 1, what="cards")
+    tp = cards if tp is None else check_count("tp", tp, 1, what="tensor-parallel cards")
+    if cards % tp:
+        divs = [d for d in range(1, cards + 1) if cards % d == 0]
+        raise hinted(LLMConfigError, f"tp = {tp} with cards = {cards}: tensor parallelism uses a divisor of the card "
+                     f"count (the rest replicate as data parallelism). Fix: "
+                     + " or ".join(f"{{tp={d}}}" for d in divs))
+    ep = check_count("ep", ep, 1, what="expert-parallel cards")
     topo = get_topology(topology) if topology is not None else default_topology(chip, cards)
     kv = kv_dtype or ("bf16" if precision == "bf16" else "fp16")
     return Hardware(chip=chip, cards=cards, tp=tp, ep=ep, topology=topo, precision=precision, kv_dtype=kv,
@@ -209,14 +214,15 @@ def check_fits(spec: LLMSpec, hw: Hardware, batch: int, tokens_per_seq: int, pre
         return use
     best = largest_batch(spec, hw, tokens_per_seq, prefill_tokens, hbm_utilization)
     if best:
-        fix = (f"the largest batch that fits is {best}; or more cards / tensor parallelism, a shorter context, "
-               "an int8 KV cache (kv_dtype='int8') or int8 weights (precision='w8a16')")
+        fix = (f"the largest batch that fits is {best} ({{batch={best}}}); or more cards / tensor parallelism, a "
+               "shorter context, an int8 KV cache ({kv_dtype='int8'}) or int8 weights ({precision='w8a16'})")
     else:
         need = cards_needed(spec, hw, batch, tokens_per_seq, prefill_tokens, hbm_utilization)
-        fix = (f"not even batch 1 fits; {need} cards with tensor parallelism would (cards={need})" if need else
-               "no tensor-parallel split up to 64 cards fits it; use int8 weights or a shorter context")
-    raise HBMCapacityError(f"{spec.name} at batch {batch} x {tokens_per_seq} tokens on {hw.chip.name} "
-                           f"(tp {hw.tp}, {hw.precision}): {describe(use)}. Fix: {fix}")
+        fix = (f"not even batch 1 fits; {need} cards with tensor parallelism would ({{cards={need}}})" if need else
+               "no tensor-parallel split up to 64 cards fits it; use int8 weights ({precision='w8a16'}) or a "
+               "shorter context")
+    raise hinted(HBMCapacityError, f"{spec.name} at batch {batch} x {tokens_per_seq} tokens on {hw.chip.name} "
+                 f"(tp {hw.tp}, {hw.precision}): {describe(use)}. Fix: {fix}")
 
 
 def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len: int = 128,
@@ -230,19 +236,18 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
     runs the steps (`pypto_lab.stack`, vLLM-Ascend's ACL graph mode by default). Raises
     `HBMCapacityError` when the weights, the KV cache and the activations do not fit a card."""
     if launch_us is not None:
-        raise LLMConfigError(LAUNCH_MOVED.format(v=launch_us, stack=get_stack(stack).name))
+        raise launch_moved(launch_us, stack)
     spec = spec_of(model)
-    for name, v in (("batch", batch), ("prompt_len", prompt_len), ("output_len", output_len)):
-        if not isinstance(v, int) or v < 1:
-            raise LLMConfigError(f"{name} = {v!r}: must be a positive integer. Fix: {name}=1 or more")
-    if not 0 < hbm_utilization <= 1:
-        raise LLMConfigError(f"hbm_utilization = {hbm_utilization}: a fraction in (0, 1]. Fix: e.g. 0.9")
+    batch = check_count("batch", batch, 1, what="sequences in the batch")
+    prompt_len = check_count("prompt_len", prompt_len, 128, what="prompt tokens per sequence")
+    output_len = check_count("output_len", output_len, 128, what="output tokens per sequence")
+    hbm_utilization = check_real("hbm_utilization", hbm_utilization, low=0.0, low_open=True, high=1.0, example=0.9,
+                                 what="the share of HBM the engine may use")
+    context_points = check_count("context_points", context_points, 5, what="decode contexts to cost")
     hw = hardware(chip, cards, tp, ep, precision, kv_dtype, topology, stack)
     check_hardware(spec, hw)
+    check_positions(spec.name, spec.max_positions, prompt_len, output_len)
     total = prompt_len + output_len
-    if total > spec.max_positions:
-        raise LLMConfigError(f"prompt_len + output_len = {total}: {spec.name} handles at most {spec.max_positions} "
-                             "positions. Fix: shorter prompt or output")
     use = check_fits(spec, hw, batch, total, prompt_len, hbm_utilization)
     b = _split(batch, hw)
     prefill = forward_kernels(spec, hw, prefill=[(prompt_len, 0)] * b, strategy="exact")   # one step: simulated
@@ -294,6 +299,7 @@ class ChipStepModel:
         check_hardware(spec, hw)
         self.spec, self.hw = spec, hw
         self.name = f"{spec.name} on {hw.cards} x {hw.chip.name} ({hw.stack.name})"
+        self.max_positions = spec.max_positions      # serving refuses longer requests (validation.check_positions)
         self.kv_bytes_per_token = kv_bytes_per_token(spec, hw)
         act = activation_bytes(spec, hw, forward_kernels(spec, hw, prefill=[(max_batched_tokens, 0)], costed=False),
                                max_batched_tokens)
@@ -321,12 +327,15 @@ def step_model(model, chip: str | Chip = DEFAULT_CHIP, cards: int = 1, tp: int |
                hbm_utilization: float = DEFAULT_HBM_UTILIZATION, launch_us: float | None = None) -> ChipStepModel:
     """The serving simulator's view of ``model`` on ``cards`` x ``chip`` under ``stack``."""
     if launch_us is not None:
-        raise LLMConfigError(LAUNCH_MOVED.format(v=launch_us, stack=get_stack(stack).name))
+        raise launch_moved(launch_us, stack)
     spec = spec_of(model)
+    max_batched_tokens = check_count("max_batched_tokens", max_batched_tokens, 8192, what="tokens one step may run")
+    hbm_utilization = check_real("hbm_utilization", hbm_utilization, low=0.0, low_open=True, high=1.0, example=0.9,
+                                 what="the share of HBM the engine may use")
     hw = hardware(chip, cards, tp, ep, precision, kv_dtype, topology, stack)
     if hw.cards // hw.tp > 1:
-        raise LLMConfigError(f"cards = {cards}, tp = {hw.tp}: serving models one replica. Fix: tp=cards, or serve "
-                             "each replica on its own")
+        raise hinted(LLMConfigError, f"cards = {cards}, tp = {hw.tp}: serving models one replica. Fix: tp=cards "
+                     f"({{tp={hw.cards}}}), or serve each replica on its own")
     return ChipStepModel(spec, hw, max_batched_tokens, hbm_utilization)
 
 
@@ -342,10 +351,14 @@ def serve(model, chip: str | Chip = DEFAULT_CHIP, requests: int = 1000, rate: fl
           launch_us: float | None = None) -> ServeReport:
     """Serve ``requests`` requests arriving at ``rate`` per second (Poisson; lengths from the
     ShareGPT-like distribution or ``lengths``) on ``cards`` x ``chip``: `serving.simulate_serving`
-    driven by this engine's step times. Returns a `serving.ServeReport`."""
+    driven by this engine's step times. Returns a `serving.ServeReport`. Every argument, and a trace
+    file, is checked before the model is costed."""
+    check_serving_arguments(requests=requests, rate=rate, seed=seed, scheduler=scheduler,
+                            max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs, block_size=block_size)
+    trace = read_trace(lengths) if lengths is not None else None
     sm = step_model(model, chip, cards, tp, precision, ep=ep, kv_dtype=kv_dtype, topology=topology,
                     stack=stack, max_batched_tokens=max_batched_tokens, hbm_utilization=hbm_utilization,
                     launch_us=launch_us)
     return simulate_serving(sm, requests=requests, rate=rate, seed=seed, scheduler=scheduler,
                             max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs, block_size=block_size,
-                            lengths=lengths, progress=progress)
+                            lengths=trace, progress=progress)

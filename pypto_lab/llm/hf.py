@@ -37,6 +37,7 @@ from ..capture import Graph, capture, export_dynamic
 from ..capture.export import CaptureError
 from ..capture.hf_models import main_output
 from .configs import KNOWN_MODELS
+from .validation import check_config
 
 # The known models' published configs (their config.json fields; sources in `configs.KNOWN_MODELS`).
 KNOWN_CONFIGS: dict[str, dict[str, Any]] = {
@@ -95,6 +96,7 @@ def build_causal_lm(config_or_name_or_path, device: str | torch.device = "meta",
     from transformers import AutoModelForCausalLM
 
     config = load_config(config_or_name_or_path)
+    check_config(config.to_dict(), where=str(getattr(config, "_name_or_path", "") or config.model_type))
     try:
         with torch.device(device):
             model = AutoModelForCausalLM.from_config(config, dtype=dtype)

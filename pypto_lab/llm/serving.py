@@ -28,6 +28,7 @@ its prefill, each later token out of one decode step.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections import deque
 from collections.abc import Sequence
@@ -40,6 +41,7 @@ from tqdm.auto import tqdm
 
 from .lengths import LENGTHS_TOML, sample_lengths
 from .step_model import StepModel
+from .validation import ContextLengthError, FieldError, check_count, positions_rule
 
 SCHEDULERS = ("continuous", "static")
 MAX_OCCUPANCY_POINTS = 500
@@ -47,8 +49,9 @@ MAX_OCCUPANCY_POINTS = 500
 AUDIT_BLOCKS = False
 
 
-class ServingConfigError(ValueError):
-    """A serving simulation that cannot run as asked; the message names the rule, the value and a fix."""
+class ServingConfigError(FieldError):
+    """A serving simulation that cannot run as asked; the message names the rule, the value and a fix
+    (a `validation.FieldError`: the command line words the fix with its own flags)."""
 
 
 @dataclass(frozen=True)
@@ -126,62 +129,165 @@ class ServeReport:
 # inputs
 
 
-def _check_int(name: str, value: Any, fix: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ServingConfigError(f"{name} must be an integer >= {minimum} (got {value!r}). Fix: {fix}")
-    return int(value)
+@dataclass(frozen=True)
+class Trace:
+    """A user's requests: prompt and output tokens, arrival times (or None: Poisson at ``rate``),
+    where each row came from (``"line 7"`` of a CSV, ``"row 3"`` of a list) and a description."""
+
+    prompt: np.ndarray
+    output: np.ndarray
+    arrival: np.ndarray | None
+    rows: tuple[str, ...]
+    desc: str
 
 
-def _read_trace(lengths: str | Path | Sequence[Sequence[float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, str]:
-    """(prompt, output, arrival or None, description) of a user's trace."""
+def check_serving_arguments(*, requests: Any = 1000, rate: Any = 10.0, seed: Any = 0, scheduler: Any = "continuous",
+                            max_batched_tokens: Any = 8192, max_num_seqs: Any = 256, block_size: Any = 128) -> dict:
+    """The serving arguments, checked (`ServingConfigError` naming the argument, its value, the rule
+    and a fix) and normalised; `simulate_serving` and `pypto_lab.llm.serve` call it first."""
+    if scheduler not in SCHEDULERS:
+        raise ServingConfigError("scheduler", scheduler, f"must be one of {', '.join(SCHEDULERS)}",
+                                 [(s, "") for s in SCHEDULERS])
+    out = dict(scheduler=scheduler)
+    for name, value, example, what in (
+            ("requests", requests, 1000, "requests to serve"), ("block_size", block_size, 128, "tokens per KV block"),
+            ("max_batched_tokens", max_batched_tokens, 8192, "tokens one step may run"),
+            ("max_num_seqs", max_num_seqs, 256, "sequences one step may run")):
+        out[name] = check_count(name, value, example, cls=ServingConfigError, what=what)
+    out["seed"] = check_count("seed", seed, 0, minimum=0, cls=ServingConfigError, what="the random seed")
+    ok = isinstance(rate, (int, float, np.floating, np.integer)) and not isinstance(rate, bool)
+    r = float(rate) if ok else math.nan
+    if not r > 0:
+        raise ServingConfigError("rate", rate, "requests per second must be a number > 0",
+                                 [(10.0, ""), (math.inf, "every request at t=0")])
+    out["rate"] = r
+    return out
+
+
+def _trace_error(where: str, rule: str, fix: str) -> ServingConfigError:
+    return ServingConfigError(f"{where}: {rule}. Fix: {fix}")
+
+
+def _csv_rows(path: Path) -> tuple[list[tuple], list[str]]:
+    """The rows of a CSV trace (as strings) and their line numbers; one `ServingConfigError` for a
+    file that is not UTF-8 text, not CSV, lacks the columns or has a row of another width."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise _trace_error(str(path), f"cannot be read ({e.strerror or e})", "check the path and its permissions") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        utf16 = raw[:2] in (b"\xff\xfe", b"\xfe\xff")
+        raise _trace_error(str(path), f"not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}"
+                           + ("; it looks like UTF-16" if utf16 else "") + "): a trace is a UTF-8 CSV file",
+                           "save it as UTF-8 CSV with the columns prompt_tokens,output_tokens[,arrival_s]") from None
+    if "\x00" in text:
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        raise _trace_error(f"{path}, line {line}", "holds a NUL byte: a trace is a text CSV file, not binary",
+                           "save it as UTF-8 CSV with the columns prompt_tokens,output_tokens[,arrival_s]")
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(reader, None)
+        cols = [c.strip() for c in (header or [])]
+        if "prompt_tokens" not in cols or "output_tokens" not in cols:
+            raise ServingConfigError(f"a trace CSV needs the columns prompt_tokens,output_tokens[,arrival_s]; "
+                                     f"{path} has {cols[:8]}{' ...' if len(cols) > 8 else ''}. Fix: rename its columns.")
+        want = [cols.index("prompt_tokens"), cols.index("output_tokens")]
+        if "arrival_s" in cols:
+            want.append(cols.index("arrival_s"))
+        rows, where = [], []
+        for fields_ in reader:
+            if not fields_ or all(not f.strip() for f in fields_):
+                continue   # a blank line
+            if len(fields_) != len(cols):
+                raise _trace_error(f"{path}, line {reader.line_num}", f"has {len(fields_)} field"
+                                   f"{'s' if len(fields_) != 1 else ''} ({','.join(fields_)[:60]!r}), the header "
+                                   f"{len(cols)} ({','.join(cols)})", f"give every row {len(cols)} comma-separated "
+                                   "values (a file cut short loses its last row: drop it)")
+            rows.append(tuple(fields_[i] for i in want))
+            where.append(f"{path}, line {reader.line_num}")
+    except csv.Error as e:
+        raise _trace_error(f"{path}, line {reader.line_num}", f"not readable as CSV ({e})",
+                           "save it as UTF-8 CSV with the columns prompt_tokens,output_tokens[,arrival_s]") from None
+    return rows, where
+
+
+def _whole(v: Any) -> float | None:
+    """A token count as a float if ``v`` is a finite whole number (a number or its text), else None."""
+    if isinstance(v, bool):
+        return None
+    try:
+        f = float(v.strip()) if isinstance(v, str) else float(v)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return f if math.isfinite(f) and f == int(f) else None
+
+
+def read_trace(lengths: str | Path | Sequence[Sequence[float]] | Trace) -> Trace:
+    """A user's trace (a CSV path or a list of rows), checked whole before anything runs: one
+    `ServingConfigError` naming the file and line (or the row), the value, the rule and a fix."""
+    if isinstance(lengths, Trace):
+        return lengths
     if isinstance(lengths, (str, Path)):
         path = Path(lengths)
         if not path.is_file():
             raise ServingConfigError(f"lengths must be a CSV file or a list of (prompt, output) pairs; "
                                      f"no file at {str(path)!r}. Fix: pass an existing path.")
-        with open(path, newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            cols = [c.strip() for c in (reader.fieldnames or [])]
-            if "prompt_tokens" not in cols or "output_tokens" not in cols:
-                raise ServingConfigError(f"a trace CSV needs the columns prompt_tokens,output_tokens[,arrival_s]; "
-                                         f"{path} has {cols}. Fix: rename its columns.")
-            rows = []
-            for r in reader:
-                r = {k.strip(): v for k, v in r.items() if k is not None}
-                rows.append((r["prompt_tokens"], r["output_tokens"]) + ((r["arrival_s"],) if "arrival_s" in cols else ()))
+        rows, where = _csv_rows(path)
         desc = f"trace {path}"
     else:
-        rows = [tuple(r) for r in lengths]
+        try:
+            rows = [tuple(r) for r in lengths]
+        except TypeError:
+            raise ServingConfigError(f"lengths must be a CSV path or a list of (prompt, output[, arrival_s]) rows "
+                                     f"(got {type(lengths).__name__}). Fix: e.g. lengths=[(512, 128), (64, 32)]") from None
+        where = [f"trace row {k}" for k in range(len(rows))]
         desc = "trace (list)"
     if not rows:
-        raise ServingConfigError("the trace has no requests (got 0 rows). Fix: give at least one (prompt, output) row.")
+        raise ServingConfigError(f"{desc}: the trace has no requests (got 0 rows). Fix: give at least one (prompt, "
+                                 "output) row.")
     width = {len(r) for r in rows}
     if not width <= {2, 3} or len(width) != 1:
         raise ServingConfigError(f"every trace row must be (prompt, output) or (prompt, output, arrival_s); "
                                  f"got rows of lengths {sorted(width)}. Fix: make the rows alike.")
     prompt, output, arrival = [], [], []
-    for k, r in enumerate(rows):
-        try:
-            p, o = float(r[0]), float(r[1])
-        except (TypeError, ValueError):
-            raise ServingConfigError(f"trace row {k}: prompt and output must be token counts (got {r[0]!r}, {r[1]!r}). "
-                                     f"Fix: write whole numbers.") from None
-        if p != int(p) or o != int(o) or p < 1 or o < 1:
-            raise ServingConfigError(f"trace row {k}: prompt and output must be whole numbers >= 1 token "
+    for w, r in zip(where, rows):
+        p, o = _whole(r[0]), _whole(r[1])
+        if p is None or o is None:
+            raise ServingConfigError(f"{w}: prompt and output must be token counts, whole numbers "
+                                     f"(got {r[0]!r}, {r[1]!r}). Fix: write whole numbers, or drop that row.")
+        if p < 1 or o < 1:
+            raise ServingConfigError(f"{w}: prompt and output must be whole numbers >= 1 token "
                                      f"(got prompt {r[0]!r}, output {r[1]!r}). Fix: drop or correct that row.")
         prompt.append(int(p))
         output.append(int(o))
         if len(r) == 3:
             try:
-                a = float(r[2])
+                a = float(r[2]) if not isinstance(r[2], bool) else math.nan
             except (TypeError, ValueError):
                 a = math.nan
             if not (math.isfinite(a) and a >= 0):
-                raise ServingConfigError(f"trace row {k}: arrival_s must be a finite time >= 0 s (got {r[2]!r}). "
+                raise ServingConfigError(f"{w}: arrival_s must be a finite time >= 0 s (got {r[2]!r}). "
                                          f"Fix: correct it, or leave the column out to draw Poisson arrivals at `rate`.")
             arrival.append(a)
     arr = np.array(arrival, dtype=np.float64) if arrival else None
-    return np.array(prompt, dtype=np.int64), np.array(output, dtype=np.int64), arr, desc
+    return Trace(np.array(prompt, dtype=np.int64), np.array(output, dtype=np.int64), arr, tuple(where), desc)
+
+
+def _redraw_beyond(prompt: np.ndarray, outlen: np.ndarray, max_pos: int, rng: np.random.Generator,
+                   model: str) -> int:
+    """Draw again, in place, the sampled requests longer than the model's positions (the lengths
+    become the distribution truncated at ``max_pos``); returns how many draws were replaced."""
+    redrawn = 0
+    for _ in range(1000):
+        long = np.flatnonzero(prompt + outlen > max_pos)
+        if not long.size:
+            return redrawn
+        redrawn += int(long.size)
+        prompt[long], outlen[long] = sample_lengths(int(long.size), rng)
+    raise ContextLengthError("max_positions", max_pos, positions_rule(model, max_pos) + ", and the ShareGPT-like "
+                             "lengths almost never fit in that", hint="pass your own trace (lengths=...)")
 
 
 def _poisson_arrivals(rng: np.random.Generator, n: int, rate: float) -> np.ndarray:
@@ -505,20 +611,12 @@ def simulate_serving(
     * ``block_size``: tokens per KV block.
     * ``progress``: a tqdm bar over completed requests.
     """
-    if scheduler not in SCHEDULERS:
-        raise ServingConfigError(f"scheduler must be one of {SCHEDULERS} (got {scheduler!r}). "
-                                 f"Fix: pass scheduler='continuous' or scheduler='static'.")
-    requests = _check_int("requests", requests, "pass the number of requests to serve, e.g. requests=1000.")
-    block_size = _check_int("block_size", block_size, "pass a positive number of tokens per KV block, e.g. block_size=128.")
-    max_batched_tokens = _check_int("max_batched_tokens", max_batched_tokens, "pass the tokens one step may run, e.g. 8192.")
-    max_num_seqs = _check_int("max_num_seqs", max_num_seqs, "pass how many sequences one step may run, e.g. 256.")
-    try:
-        rate = float(rate)
-    except (TypeError, ValueError):
-        rate = math.nan
-    if not rate > 0:
-        raise ServingConfigError(f"rate must be > 0 requests/s (got {rate!r}). "
-                                 f"Fix: pass a positive rate, or rate=float('inf') to send every request at t=0.")
+    args = check_serving_arguments(requests=requests, rate=rate, seed=seed, scheduler=scheduler,
+                                   max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs,
+                                   block_size=block_size)
+    requests, rate, block_size = args["requests"], args["rate"], args["block_size"]
+    max_batched_tokens, max_num_seqs = args["max_batched_tokens"], args["max_num_seqs"]
+    trace = read_trace(lengths) if lengths is not None else None
     if not isinstance(step_model, StepModel):
         raise ServingConfigError(f"step_model must follow pypto_lab.llm.step_model.StepModel (name, kv_bytes_per_token, "
                                  f"kv_budget_bytes, step_ms); got {type(step_model).__name__}. Fix: build one with the "
@@ -533,32 +631,51 @@ def simulate_serving(
             f"the KV pool must hold at least one block: kv_budget_bytes // (kv_bytes_per_token * block_size) = "
             f"{budget_bytes:,} // ({kv_tok:,} * {block_size}) = {pool}. Fix: a smaller block_size, more cards or a chip "
             f"with more HBM (a larger kv_budget_bytes).")
+    max_pos = getattr(step_model, "max_positions", None)
+    model = getattr(getattr(step_model, "spec", None), "name", None) or str(step_model.name)
 
-    rng = np.random.default_rng(seed)
-    if lengths is None:
+    rng = np.random.default_rng(args["seed"])
+    if trace is None:
         prompt, outlen = sample_lengths(requests, rng)
-        arrival = _poisson_arrivals(rng, requests, rate)
         source = f"ShareGPT-like ({LENGTHS_TOML.relative_to(LENGTHS_TOML.parents[2])})"
+        if max_pos:
+            redrawn = _redraw_beyond(prompt, outlen, int(max_pos), rng, model)
+            if redrawn:
+                source += (f"; {redrawn} draws longer than {model}'s {int(max_pos):,} positions drawn again "
+                           "(vLLM's serving benchmark drops such requests)")
+        arrival = _poisson_arrivals(rng, requests, rate)
+        rows = tuple(f"request {i}" for i in range(requests))
     else:
-        prompt, outlen, arrival, source = _read_trace(lengths)
-        prompt, outlen = prompt[:requests], outlen[:requests]
-        if arrival is None:
+        prompt, outlen, source = trace.prompt[:requests], trace.output[:requests], trace.desc
+        rows = trace.rows[:requests]
+        if trace.arrival is None:
             arrival = _poisson_arrivals(rng, len(prompt), rate)
         else:
-            arrival = arrival[:requests]
+            arrival = trace.arrival[:requests]
             order = np.argsort(arrival, kind="stable")
             prompt, outlen, arrival = prompt[order], outlen[order], arrival[order]
+            rows = tuple(rows[int(k)] for k in order)
     n = len(prompt)
 
+    if max_pos:
+        bad = np.flatnonzero(prompt + outlen > max_pos)
+        if bad.size:
+            i = int(bad[0])
+            raise ContextLengthError(
+                "prompt + output", int(prompt[i] + outlen[i]), positions_rule(model, int(max_pos)),
+                hint=(f"drop or shorten the {bad.size} of {n} requests longer than {int(max_pos):,} tokens (prompt "
+                      "and output together), or serve a model with more positions"),
+                where=f"request {i} ({rows[i]}: prompt {prompt[i]}, output {outlen[i]})")
     need = -(-(prompt + outlen) // block_size)
     bad = np.flatnonzero(need > pool)
     if bad.size:
         i = int(bad[0])
+        longest = min(pool * block_size, int(max_pos)) if max_pos else pool * block_size
         raise ServingConfigError(
-            f"request {i} can never fit the KV cache: prompt {prompt[i]} + output {outlen[i]} = {prompt[i] + outlen[i]} "
-            f"tokens need {need[i]} blocks of {block_size}, but the whole pool is {pool} blocks "
+            f"request {i} can never fit the KV cache ({rows[i]}): prompt {prompt[i]} + output {outlen[i]} = "
+            f"{prompt[i] + outlen[i]} tokens need {need[i]} blocks of {block_size}, but the whole pool is {pool} blocks "
             f"(kv_budget_bytes {budget_bytes:,} // (kv_bytes_per_token {kv_tok:,} * block_size {block_size})); "
-            f"{bad.size} of {n} requests are that long. Fix: shorten them (at most {pool * block_size} tokens), "
+            f"{bad.size} of {n} requests are that long. Fix: shorten them (at most {longest} tokens), "
             f"or serve on more cards or a chip with more HBM.")
 
     sim = _Sim(step_model, arrival, prompt, outlen, block_size, pool, progress, scheduler)
@@ -591,7 +708,7 @@ def simulate_serving(
     return ServeReport(
         scheduler=scheduler,
         step_model=str(step_model.name),
-        parameters=dict(scheduler=scheduler, requests=n, rate=rate, seed=seed, max_batched_tokens=max_batched_tokens,
+        parameters=dict(scheduler=scheduler, requests=n, rate=rate, seed=args["seed"], max_batched_tokens=max_batched_tokens,
                         max_num_seqs=max_num_seqs, block_size=block_size, kv_blocks=pool, kv_bytes_per_token=kv_tok,
                         kv_budget_bytes=budget_bytes, lengths=source),
         requests=n,

@@ -32,6 +32,7 @@ from torch import nn
 from ..capture.export import eval_mode
 from ..compiler.optimize import optimize
 from ..files.paths import DATASETS_DIR
+from ..files.progress import progress
 from ..hw import numerics
 from ..hw.chip import DEFAULT_CHIP
 from ..models import zoo
@@ -379,7 +380,7 @@ def calibrate(model: nn.Module, inputs: Iterable) -> nn.Module:
                                 "prepare_qat(model)) first and calibrate what it returns")
     count = 0
     with eval_mode(model):  # each submodule gets its own training flag back
-        for x in inputs:
+        for x in progress(inputs, desc="calibrating", unit="batch", delay=2.0, leave=False):
             _run(model, x)
             count += 1
     if not count:
@@ -436,7 +437,8 @@ def sentence_embeddings(model: nn.Module, tokenizer, sentences: list[str], batch
     """Mean-pooled (over real tokens) last hidden states, as sentence-transformers computes them,
     L2-normalised; shape (len(sentences), hidden)."""
     out = []
-    for i in range(0, len(sentences), batch_size):
+    for i in progress(range(0, len(sentences), batch_size), desc="sentence embeddings", unit="batch", delay=2.0,
+                      leave=False):
         enc = tokenizer(sentences[i:i + batch_size], padding=True, truncation=True, return_tensors="pt")
         hidden = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
         mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
@@ -491,20 +493,26 @@ def minilm_int8_report(chip: str = DEFAULT_CHIP, level: int = 2, batch: int = 8,
     int8 model (its Linear layers int8, the rest fp16). ``static`` adds `quantize_static`
     calibrated on the same sentences."""
     sentences = sentences if sentences is not None else load_sentences()
+    steps = progress(total=4 + 2 * static + 4, desc="MiniLM fp32 against int8", unit="step", delay=2.0)
     model, (ids,) = zoo.minilm(batch=batch, seq=seq)
     tok = minilm_tokenizer()
     qmodel = quantize_dynamic(model)
+    steps.update(2)
     ref = sentence_embeddings(model, tok, sentences)
     cos = (ref * sentence_embeddings(qmodel, tok, sentences)).sum(-1)
+    steps.update(2)
     report = Int8Report(len(sentences), float(cos.mean()), float(cos.min()), chip, level, batch, seq)
     if static:
         calib = [dict(tok(sentences[i:i + 16], padding=True, return_tensors="pt")) for i in range(0, len(sentences), 16)]
         smodel = quantize_static(model, calib)
         scos = (ref * sentence_embeddings(smodel, tok, sentences)).sum(-1)
         report.static_cosine_mean, report.static_cosine_min = float(scos.mean()), float(scos.min())
+        steps.update(2)
     for name, m, precision in (("fp32", model, "fp32"), ("fp16", model, "fp16"), ("int8_precision", model, "int8"),
                                ("int8_dynamic", qmodel, "fp16")):
         report.latency_us[name] = optimize(m, (ids,), chip=chip, level=level, precision=precision).report().latency_us
+        steps.update(1)
+    steps.close()
     return report
 
 

@@ -443,7 +443,23 @@ class _Interpreter(torch.fx.Interpreter):
         self.source = source
         self.stats = stats if stats is not None else RunStats()
 
+    def run(self, *args, **kwargs) -> Any:
+        """The program on ``args``; a run still going after two seconds (a large model's numerics on
+        the CPU) shows a progress bar over its nodes."""
+        from ..files.progress import progress
+
+        what = "NPU numerics" if self.npu else "reference"
+        self._bar = progress(total=len(self.module.graph.nodes), delay=2.0, unit="node", leave=False,
+                             desc=f"{what} on the CPU")
+        try:
+            return super().run(*args, **kwargs)
+        finally:
+            self._bar.close()
+
     def run_node(self, n: torch.fx.Node) -> Any:
+        bar = getattr(self, "_bar", None)
+        if bar is not None:
+            bar.update(1)
         if n.op != "call_function":
             out = super().run_node(n)
         else:

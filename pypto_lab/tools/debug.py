@@ -30,6 +30,7 @@ import torch
 
 from ..capture.catalogue import aten_name
 from ..compiler.optimize import OptimizedModel
+from ..files.progress import progress
 from ..runtime.compare import CompareError, Comparison, compare_tensors
 from ..runtime.interpreter import Hook
 
@@ -105,11 +106,18 @@ def compare_layers(model: torch.nn.Module, optimized, inputs, rtol: float = 1e-2
     compare_tensors(torch.zeros(1), torch.zeros(1), rtol=rtol, atol=atol, verbose=False)  # checks the tolerances
     args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
     rt = optimized.runtime
+    # three runs of the whole program on the CPU: a bar once they take more than two seconds
+    steps = progress(total=3, desc="compare_layers: reference, NPU numerics, each layer alone", unit="run",
+                     delay=2.0, leave=False)
     reference: dict[str, Any] = {}
     rt.reference(args, record=reference)
+    steps.update(1)
     npu: dict[str, Any] = {}
     rt.run(args, hook=hook, record=npu)
+    steps.update(1)
     local = rt.local(args, reference, hook=hook)
+    steps.update(1)
+    steps.close()
     folded_ref = _folded_reference(rt)
     results = LayerComparisons()
     for gnode in _graph_order(rt):

@@ -174,7 +174,30 @@ def _load_cache(path: Path | None) -> dict:
     entries = data.get("entries", {})
     if not isinstance(entries, dict) or not all(isinstance(e, dict) for e in entries.values()):
         raise _cache_problem(path, "has \"entries\" that are not an object of objects")
+    for key, entry in entries.items():
+        problem = _entry_problem(entry)
+        if problem:
+            raise _cache_problem(path, f"has a damaged entry {key!r} ({problem})")
     return dict(entries)
+
+
+def _entry_problem(entry: dict) -> str | None:
+    """What is wrong with one cache entry (None: nothing): its tiling is applied to kernels and its
+    times reported as they are, so each is checked before use."""
+    for name in ("default_us", "tuned_us"):
+        v = entry.get(name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 and v < float("inf")):
+            return f"{name} = {v!r}: a time in us, a finite number > 0"
+    tile = entry.get("tile")
+    if tile is None:
+        return None
+    fields = ("m_l0", "m_l1", "k_l0", "k_l1", "n_l0", "n_l1")
+    if not isinstance(tile, dict) or sorted(tile) != sorted(fields) or \
+            not all(isinstance(tile[f], int) and not isinstance(tile[f], bool) and tile[f] > 0 for f in fields):
+        return f"tile = {tile!r}: a tiling is {{m_l0, m_l1, k_l0, k_l1, n_l0, n_l1}}, positive integers"
+    if any(tile[f] % 16 for f in fields) or any(tile[f"{a}_l1"] % tile[f"{a}_l0"] for a in "mkn"):
+        return f"tile = {tile}: not a tiling the Cube accepts (sizes multiples of 16, each l1 a multiple of its l0)"
+    return None
 
 
 def _json_kind(data: Any) -> str:

@@ -16,6 +16,7 @@ adds its kernels.
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -245,6 +246,62 @@ def _fake(args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
     return tuple(mode.from_tensor(a) for a in args)
 
 
+class _Where:
+    """Which module the trace was inside when it failed: the innermost one entered and not left."""
+
+    def __init__(self, model: nn.Module):
+        self.names = {id(m): n for n, m in model.named_modules()}
+        self.stack: list[tuple[nn.Module, tuple]] = []
+
+    def describe(self) -> str:
+        if not self.stack:
+            return ""
+        mod, args = self.stack[-1]
+        shapes = ", ".join(str(tuple(a.shape)) for a in args if isinstance(a, torch.Tensor)) or "no tensors"
+        expects = ""
+        for attr in ("in_features", "in_channels", "normalized_shape", "num_embeddings", "embed_dim"):
+            if hasattr(mod, attr):
+                expects = f", which expects {attr} = {getattr(mod, attr)}"
+                break
+        return (f"; it failed inside module {self.names.get(id(mod)) or type(mod).__name__!r} "
+                f"({type(mod).__name__}{expects}), called with inputs of shape {shapes}")
+
+
+@contextlib.contextmanager
+def _located(model: nn.Module):
+    """While the step is traced: torch's fake-tensor log of a failing op (some twenty lines of
+    traceback, on stderr before the error is even raised) is held back, and the module the trace
+    was in is tracked, so a batch the model cannot take is reported in one message naming it."""
+    from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+    where = _Where(model)
+
+    def enter(mod, args):
+        if id(mod) in where.names:
+            where.stack.append((mod, args))
+
+    def leave(mod, args, out):
+        if where.stack and where.stack[-1][0] is mod:
+            where.stack.pop()
+
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    hooks = (register_module_forward_pre_hook(enter), register_module_forward_hook(leave))
+    try:
+        yield where
+    finally:
+        for h in hooks:
+            h.remove()
+        log.setLevel(level)
+
+
+def _shape_error(e: BaseException) -> bool:
+    text = str(e).lower()
+    return isinstance(e, (RuntimeError, ValueError, IndexError)) and any(
+        w in text for w in ("shape", "size", "dimension", "dim ", "reduction dim", "mat1 and mat2", "expected input"))
+
+
 def capture_step(model: nn.Module, example_batch, loss_fn=None) -> StepGraph:
     """The joint forward + loss + backward graph of ``model`` on ``example_batch``."""
     from torch._functorch.aot_autograd import aot_export_module
@@ -271,14 +328,22 @@ def capture_step(model: nn.Module, example_batch, loss_fn=None) -> StepGraph:
     if use_cache:   # a training step keeps no KV cache (transformers would build one on the side)
         config.use_cache = False
     try:
-        with _without_fake_quant(model) as fake_quant, _untied(wrapped) as aliases:
+        with _located(model) as where, _without_fake_quant(model) as fake_quant, _untied(wrapped) as aliases:
             fake_args = _fake(args)
             with _frozen_unread(wrapped, fake_args, aliases):
                 gm, sig = aot_export_module(wrapped, fake_args, trace_joint=True, output_loss_index=0)
     except Exception as e:   # noqa: BLE001  (report what the tracer refused, with the rule)
         meta = any(p.is_meta for p in model.parameters())
+        first = str(e).strip().splitlines()[0][:300].rstrip(".") if str(e).strip() else ""
+        if where.stack and _shape_error(e):
+            shapes = ", ".join(f"{tuple(a.shape)}" for a in args[:n_inputs])
+            raise TrainCaptureError(f"the model cannot take this batch: {type(e).__name__}: {first}"
+                                    f"{where.describe()}. Rule: example_batch is what model(*inputs) takes, "
+                                    f"(inputs..., target); its inputs here have shapes {shapes}. Fix: give inputs "
+                                    "of the shape that module expects (or check the order of inputs and "
+                                    "target)") from None
         raise TrainCaptureError(f"AOT autograd could not trace the training step: {type(e).__name__}: "
-                                f"{str(e).splitlines()[0][:300]}. Rule: the model, its loss and its backward must "
+                                f"{first}. Rule: the model, its loss and its backward must "
                                 "trace to ATen ops with static shapes. Fix: simplify the model's data-dependent "
                                 "control flow, or pass a loss_fn that returns a scalar tensor"
                                 + ("; on the meta device torch's nll_loss / mse_loss have no autograd kernel, so "

@@ -43,6 +43,7 @@ from ..kernels.cost import CostedKernel, KernelCost, cost
 from ..kernels.ir import AttentionKernel, CollectiveKernel, CubeKernel, Kernel, KernelSpec, VectorKernel
 from ..llm.engine import default_topology
 from ..llm.memory import HBMCapacityError
+from ..llm.validation import check_config, is_count
 from ..stack import DEFAULT_LLM_TRAIN_STACK, DEFAULT_TRAIN_STACK, Stack, StackConfigError, Stream, get_stack
 from .capture import StepGraph, block_names, capture_causal_lm, capture_step, forward_blocks, tensor_of
 from .fusion import consumers_of, fuse_vector_chains
@@ -265,6 +266,33 @@ def _check(name: str, value, ok: bool, rule: str, fix: str) -> None:
         raise TrainConfigError(f"{name} = {value!r}: {rule}. Fix: {fix}")
 
 
+def _check_model_config(model) -> None:
+    """A transformers config (given, or a module's ``.config``) passes the model-description gate
+    of `pypto_lab.llm.validation` before a model is built from it or traced."""
+    inner = getattr(model, "module", model)   # a DDP wrapper
+    cfg = inner if hasattr(inner, "to_dict") and not isinstance(inner, nn.Module) else getattr(inner, "config", None)
+    if cfg is not None and hasattr(cfg, "to_dict"):
+        try:
+            d = cfg.to_dict()
+        except Exception:   # noqa: BLE001  (a config-like object that cannot say what it holds: not checked)
+            return
+        if isinstance(d, dict):
+            check_config(d, where=str(d.get("_name_or_path") or d.get("model_type") or type(cfg).__name__))
+
+
+def _check_batch(example_batch) -> None:
+    """Every tensor of the example batch holds at least one sample and no empty dimension: a batch
+    of 0 trains nothing, and its report would be a figure of nothing."""
+    items = example_batch.items() if isinstance(example_batch, dict) else \
+        enumerate(example_batch) if isinstance(example_batch, (tuple, list)) else ()
+    for k, v in items:
+        if isinstance(v, torch.Tensor) and v.dim() and 0 in v.shape:
+            label = f"example_batch[{k!r}]"
+            raise TrainConfigError(f"{label} has shape {tuple(v.shape)}: a batch needs at least one sample and no "
+                                   "empty dimension (a batch of 0 trains nothing). Fix: a batch of one or more "
+                                   f"samples, e.g. shape {tuple(max(1, d) for d in v.shape)}")
+
+
 def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", chip: str | Chip = DEFAULT_CHIP,
                   cards: int | None = None, tp: int = 1, precision: str = "fp16", amp: str | None = None,
                   grad_accum: int = 1, checkpoint: bool = False, bucket_mb: float | None = None,
@@ -301,6 +329,8 @@ def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", 
     """
     from . import distributed
 
+    _check_model_config(model)
+    _check_batch(example_batch)
     module, ddp_bucket, name, causal = _resolve_model(model)
     if cards is None:
         cards = distributed.get_world_size()
@@ -308,7 +338,7 @@ def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", 
            "the number of cards is a positive integer", "cards=8")
     _check("tp", tp, isinstance(tp, int) and not isinstance(tp, bool) and tp >= 1 and cards % tp == 0,
            f"tensor-parallel cards per replica must divide the {cards} cards", f"tp=1 or a divisor of {cards}")
-    _check("grad_accum", grad_accum, isinstance(grad_accum, int) and grad_accum >= 1,
+    _check("grad_accum", grad_accum, is_count(grad_accum) and grad_accum >= 1,
            "micro-batches per optimizer step is a positive integer", "grad_accum=1")
     _check("mc2", mc2, not mc2 or tp > 1, "MC2 fuses tensor-parallel collectives with their matmuls: it needs "
            "tp > 1", "mc2=False, or tp=8 (with cards a multiple of it)")

@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
-from ..compiler.optimize import optimize
+from ..compiler.optimize import LEVELS, optimize
 from ..files.paths import DATASETS_DIR
+from ..files.progress import progress as progress_bar
 from ..hw.chip import list_chips
+from ..llm.validation import hinted
 
 DATA = DATASETS_DIR / "published"
 TOLERANCE = 0.15   # issue 14's band: every row within ±15 %
@@ -220,11 +221,14 @@ def published_rows(paths: list[Path] | None = None, chip: str | None = None) -> 
 def validate(chip: str | None = None, level: int = 3, rows: list[Row] | None = None,
              progress: bool = False) -> ValidationReport:
     """Simulate every published row (optionally one chip's) at ``level`` in fp16."""
+    if isinstance(level, bool) or level not in LEVELS:
+        raise hinted(ValidationError, f"level {level!r}: the optimisation levels are {', '.join(map(str, LEVELS))}. "
+                     "Fix: {level=3} (the default)")
     rows = published_rows(chip=chip) if rows is None else rows
     if not rows:
         raise ValidationError(f"no published rows for chip {chip!r}. Fix: omit --chip, or add rows for it to "
                               "datasets/published/")
-    for r in tqdm(rows, desc="validate", unit="row", disable=not progress):
+    for r in progress_bar(rows, desc="validate", unit="row", disable=not progress):
         model, inputs = BUILDERS[r.key](r.batch, r.resolution, r.seq)
         rep = optimize(model, inputs, chip=r.chip, level=level, precision="fp16").report()
         r.simulated = r.batch * 1e6 / rep.latency_us

@@ -356,13 +356,15 @@ def _core_sel(tl, core, limit: int = 4000):
     return core, np.flatnonzero(tl.core == core)[:limit]
 
 
-def _draw_lanes(ax, tl, sel, y0: float, offset: float, label: bool = True) -> int:
-    """Bars of the instructions ``sel`` of a timeline on lanes ``y0 + pipe``, shifted by ``offset`` cycles."""
+def _draw_lanes(ax, tl, sel, y0: float, offset: float, label: bool = True, scale: float = 1.0) -> int:
+    """Bars of the instructions ``sel`` of a timeline on lanes ``y0 + pipe``, shifted by ``offset``
+    cycles, x in cycles times ``scale``."""
     drawn = 0
     for lane, name in enumerate(PIPES):
         idx = sel[tl.pipe[sel] == lane]
         if idx.size:
-            ax.broken_barh(np.column_stack((tl.start[idx] + offset, tl.end[idx] - tl.start[idx])), (y0 + lane - 0.4, 0.8),
+            ax.broken_barh(np.column_stack(((tl.start[idx] + offset) * scale, (tl.end[idx] - tl.start[idx]) * scale)),
+                           (y0 + lane - 0.4, 0.8),
                            facecolors=PIPE_COLOURS[name], edgecolor="white", linewidth=0.2,
                            label=name if label else None)
             drawn += idx.size

@@ -12,8 +12,11 @@ figure keeps its size and the labels their place, so nothing jumps as the slider
 Every number shown comes from the simulator: each change of a control re-runs `simulate_matmul` /
 `simulate_vector` (a few ms for one layer) and redraws one reused matplotlib Figure into an
 ``ipywidgets.Image`` (PNG at 200 dpi, shown 960 CSS pixels wide: two device pixels per CSS pixel, sharp on a
-retina screen);
-`benchmarks/bench_widgets.py` measures an update.
+retina screen). An update is kept under 16 ms (`benchmarks/bench_widgets.py` measures it): what
+changes is blitted over a cached background (the swimlane's x axis is the share of the kernel's
+cycles, so its ticks never change), each pipe's instructions are one compound path, the PNG is
+encoded from the explorer's fixed palette, and what the labels above already say (cycles, bytes
+per buffer, every overflow's fix) is drawn only into the picture a saved notebook keeps (`png`).
 
 Stable handles, for notebooks, tests and the browser test:
 
@@ -55,10 +58,11 @@ import time
 from dataclasses import dataclass
 
 import ipywidgets as W
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
-from matplotlib.ticker import MaxNLocator
+from matplotlib.patches import PathPatch, Rectangle
+from matplotlib.path import Path
 
 from ..hw.capabilities import as_epilogue
 from ..hw.chip import DEFAULT_CHIP, DTYPE_BYTES, PIPES, get_chip
@@ -73,14 +77,53 @@ EXPLORER_DPI = 200         # PNG pixels per inch: 2 device pixels per CSS pixel 
 STATIC_DPI = 100           # the picture a saved notebook keeps beside the widget: 1 pixel per CSS pixel
 
 
-def _png_bytes(canvas: FigureCanvasAgg, compress_level: int) -> bytes:
-    from PIL import Image
+def _png_bytes(canvas: FigureCanvasAgg, compress_level: int, palette=None, description: str | None = None) -> bytes:
+    """PNG of the canvas: RGB, or with ``palette`` (a PIL "P" image, `_explorer_palette`) each
+    pixel mapped to its nearest palette colour, a third of the bytes to compress (a fifth of the
+    time of RGB at 1920 x 600 px: the explorer's colours are few). ``description`` is stored in the
+    file (an iTXt chunk): what the picture shows, so two states that draw alike (the swimlane's
+    axis is relative) are still two images, and the browser shows each new one."""
+    from PIL import Image, PngImagePlugin
 
     buf = io.BytesIO()
     # RGB: the figure is opaque, and a quarter less to encode and send
-    Image.frombuffer("RGBA", canvas.get_width_height(), canvas.buffer_rgba(), "raw", "RGBA", 0, 1).convert(
-        "RGB").save(buf, format="png", compress_level=compress_level)
+    rgb = Image.frombuffer("RGBA", canvas.get_width_height(), canvas.buffer_rgba(), "raw", "RGBA", 0, 1).convert("RGB")
+    if palette is not None:
+        rgb = rgb.quantize(palette=palette, dither=Image.Dither.NONE)
+    info = None
+    if description:
+        info = PngImagePlugin.PngInfo()
+        info.add_itxt("Description", description)
+    rgb.save(buf, format="png", compress_level=compress_level, pnginfo=info)
     return buf.getvalue()
+
+
+_PALETTE = None
+
+
+def _explorer_palette():
+    """A fixed palette of every colour the explorer draws — the pipes', the bars', the text's —
+    over white and over the placeholder's grey at four coverages (anti-aliased edges), and 32
+    greys for anti-aliased black text: at most 256 entries, built once."""
+    global _PALETTE
+    if _PALETTE is None:
+        from matplotlib.colors import to_rgb
+        from PIL import Image
+
+        bases = [*views.PIPE_COLOURS.values(), RED, BLUE, ORANGE, "black"]
+        cols: list[tuple[int, int, int]] = [(g, g, g) for g in range(0, 256, 8)] + [(255, 255, 255)]
+        for back in ("white", GREY):
+            bk = to_rgb(back)
+            cols.append(tuple(round(255 * c) for c in bk))
+            for base in bases:
+                fg = to_rgb(base)
+                for a in (0.25, 0.5, 0.75, 1.0):
+                    cols.append(tuple(round(255 * (a * f + (1 - a) * b)) for f, b in zip(fg, bk)))
+        cols = list(dict.fromkeys(cols))[:256]
+        flat = [v for c in cols for v in c] + [0, 0, 0] * (256 - len(cols))
+        _PALETTE = Image.new("P", (1, 1))
+        _PALETTE.putpalette(flat)
+    return _PALETTE
 
 
 def figure_png(fig: Figure, dpi: int = 120) -> bytes:
@@ -110,6 +153,56 @@ def _static_bundle(widget, png: bytes, text: str, width_px: int | None = None, *
     data["text/plain"] = text
     meta = {"image/png": {"width": width_px}} if width_px else {}
     return data, meta
+
+
+class FigureInteract:
+    """Controls (ipywidgets) and the figure ``draw(**values)`` returns for their values: every change
+    redraws it into an ``ipywidgets.Image``. Displayed, it keeps a PNG of the figure as it stands
+    and a line of text beside the widget, so a saved notebook shows the picture, not
+    ``<function draw>`` (which ``ipywidgets.interact`` leaves). ``w.figure``, ``w.image``,
+    ``w.controls``, ``w.widget``, ``w.text``; ``w.png()`` the picture a saved notebook keeps."""
+
+    def __init__(self, draw, title: str = "", dpi: int = 120, **controls: W.ValueWidget):
+        self.draw, self.title, self.dpi, self.controls = draw, title, dpi, controls
+        self.image = W.Image(format="png", layout=W.Layout(max_width="100%", height="auto"))
+        self.image.add_class("pypto-figure")
+        for c in controls.values():
+            c.observe(self.update, names="value")
+        self.widget = W.VBox([W.HBox(list(controls.values())), self.image])
+        self.figure: Figure | None = None
+        self.update()
+
+    @property
+    def values(self) -> dict:
+        return {k: c.value for k, c in self.controls.items()}
+
+    def update(self, *_) -> None:
+        fig = self.draw(**self.values)
+        if getattr(fig.canvas, "manager", None) is not None:   # made with pyplot: not shown twice inline
+            import matplotlib.pyplot as plt
+
+            plt.close(fig)
+        self.figure = fig
+        self.image.value = figure_png(fig, self.dpi)
+        self.image.layout.width = f"{round(fig.get_figwidth() * 100)}px"
+
+    def png(self, dpi: int = STATIC_DPI) -> bytes:
+        buf = io.BytesIO()
+        self.figure.savefig(buf, format="png", dpi=dpi)
+        return buf.getvalue()
+
+    @property
+    def text(self) -> str:
+        labels = {k: getattr(c, "label", None) or c.value for k, c in self.controls.items()}
+        return (f"{self.title}: " if self.title else "") + ", ".join(f"{k} = {v}" for k, v in labels.items())
+
+    def _repr_mimebundle_(self, **kwargs):
+        return _static_bundle(self.widget, self.png(), self.text, round(self.figure.get_figwidth() * 100), **kwargs)
+
+
+def figure_interact(draw, title: str = "", **controls) -> FigureInteract:
+    """``draw(**values) -> Figure`` behind ``controls`` (see `FigureInteract`)."""
+    return FigureInteract(draw, title, **controls)
 
 
 # ---- what overflows, and how to fix it ----------------------------------------------------------
@@ -302,21 +395,42 @@ class _Explorer:
         sw = self._ax_sw
         sw.set_yticks(range(len(PIPES)), PIPES, fontsize=7)
         sw.set_ylim(len(PIPES) - 0.5, -0.5)
-        sw.set_xlabel("cycles", fontsize=8)
+        # x as a share of the kernel's cycles (the cycles are in the label above and the saved
+        # picture's title): fixed ticks, drawn once with the background, not at every update
+        sw.set_xlim(0, 1.02)
+        sw.set_xticks([0, 0.25, 0.5, 0.75, 1.0], ["0", "25%", "50%", "75%", "100%"])
+        sw.set_xlabel("share of the kernel's cycles", fontsize=8)
         sw.tick_params(labelsize=7)
         self._sw_title = sw.set_title(" ", fontsize=8, y=1.0)
+        self._sw_live_title = sw.text(0.5, 1.0 + 6 / 72 / (FIG_SIZE[1] * 0.72), " ", ha="center", va="baseline",
+                                      fontsize=8, transform=sw.transAxes)
+        # one compound path per pipe, its rectangles replaced at each update (a PolyCollection of
+        # Path objects per instruction costs ten times as much to build and draw)
+        self._lanes = [PathPatch(Path(np.zeros((1, 2))), facecolor=views.PIPE_COLOURS[name], edgecolor="none",
+                                 visible=False) for name in PIPES]
+        for patch in self._lanes:
+            sw.add_patch(patch)
         # the placeholder the swimlane area shows when the tiling does not fit
         self._placeholder = Rectangle((0, 0), 1, 1, transform=sw.transAxes, facecolor=GREY, edgecolor="none",
                                       zorder=5, visible=False)
         sw.add_patch(self._placeholder)
         self._placeholder_text = sw.text(0.5, 0.5, "", ha="center", va="center", fontsize=8, color=RED,
                                          transform=sw.transAxes, zorder=6, linespacing=1.5)
+        # the live widget lists every overflow with its fix in its label: one fixed line here
+        self._placeholder_live = sw.text(0.5, 0.5, "no swimlane: the simulator refuses this tiling (see above)",
+                                         ha="center", va="center", fontsize=8, color=RED, transform=sw.transAxes,
+                                         zorder=6, visible=False)
+        bbox = sw.get_position()
+        self._half_px = 0.5 * 1.02 / (bbox.width * FIG_SIZE[0] * self._dpi)   # half a pixel, in x's units
         # blitting: what changes is drawn over a cached background of what does not (axes frames,
         # y labels); tick labels and titles are most of matplotlib's drawing time
-        self._dynamic = [*self._bars, *self._bar_text, self._occ_title, self._sw_title, sw.xaxis,
-                         self._placeholder, self._placeholder_text]
+        self._dynamic = [*self._bars, *self._bar_text, self._occ_title, self._sw_title, *self._lanes,
+                         self._placeholder, self._placeholder_text, self._placeholder_live]
         for a in self._dynamic:
             a.set_animated(True)
+        # what the live widget's labels already say (cycles; bytes per buffer) is drawn only in the
+        # saved picture (`png`), where no label runs beside it: text is most of an update's drawing
+        self._saved_only = {id(a) for a in (*self._bar_text, self._occ_title, self._sw_title, self._placeholder_text)}
         self._background = None
 
     def _draw(self) -> None:
@@ -329,12 +443,12 @@ class _Explorer:
             self._bar_text[i].set_text(f"{100 * o['fraction']:,.0f} %" if o["over"]
                                        else f"{o['bytes'] / 1024:,.0f}/{o['capacity'] / 1024:,.0f} KB")
             self._bar_text[i].set_x(width + 0.02)
-        sw = self._ax_sw
-        for c in list(sw.collections):
-            c.remove()
         refused = self.report is None
+        for patch in self._lanes:
+            patch.set_visible(False)
         self._placeholder.set_visible(refused)
         self._placeholder_text.set_visible(refused)
+        self._placeholder_live.set_visible(refused)
         if refused:
             over = [o.buffer for o in self.overflows if o.refused]
             self._occ_title.set_text("does not fit: " + ", ".join(over) if over else "refused")
@@ -342,47 +456,68 @@ class _Explorer:
             lines = [str(o) for o in self.overflows if o.refused] or textwrap.wrap(str(self.error), 90)
             self._placeholder_text.set_text("no swimlane: the simulator refuses this tiling\n" + "\n".join(lines))
             self._sw_title.set_text(f"tile {self.tile}")
-            sw.set_xlim(0, 1)
-            sw.set_xticks([])
         else:
             r = self.report
             self._occ_title.set_text(f"{r.cycles:,.0f} cycles")
             self._occ_title.set_color(RED if self.overflows else "black")
             core, sel = views._core_sel(r.instructions, self.core)
-            views._draw_lanes(sw, r.instructions, sel, 0, 0.0, label=False)
-            for c in sw.collections:
-                c.set_animated(True)
-            sw.set_xlim(0, max(r.cycles, 1.0) * 1.02)
-            sw.xaxis.set_major_locator(MaxNLocator(5))
-            self._sw_title.set_text(f"{r.name}, core {core}, tile {_tile_str(r.tile)}"
+            self._set_lanes(r.instructions, sel, 1.0 / max(r.cycles, 1.0))
+            self._sw_title.set_text(f"{r.name}, core {core}, tile {_tile_str(r.tile)}, {r.cycles:,.0f} cycles"
                                     + ("" if r.double_buffer else ", single-buffered"))
         if self.render:
             self.image.value = self._blit_png()
+
+    def _set_lanes(self, tl, sel, scale: float) -> None:
+        """Each pipe's instructions ``sel`` of the timeline as the rectangles of its lane's path
+        (x: cycles times ``scale``)."""
+        codes_one = np.array([Path.MOVETO, Path.LINETO, Path.LINETO, Path.LINETO, Path.CLOSEPOLY], np.uint8)
+        for lane, patch in enumerate(self._lanes):
+            idx = sel[tl.pipe[sel] == lane]
+            if not idx.size:
+                continue
+            x0, x1 = tl.start[idx] * scale, tl.end[idx] * scale
+            # a gap of half a pixel before the next instruction (where the bar is wider than that),
+            # as views' white edges draw it, without stroking every rectangle
+            x1 = np.maximum(x1 - self._half_px, np.minimum(x1, x0 + self._half_px))
+            y0, y1 = lane - 0.4, lane + 0.4
+            verts = np.empty((idx.size, 5, 2))
+            verts[:, :, 0] = np.column_stack((x0, x0, x1, x1, x0))
+            verts[:, :, 1] = (y0, y1, y1, y0, y0)
+            patch.set_path(Path(verts.reshape(-1, 2), np.tile(codes_one, idx.size)))
+            patch.set_visible(True)
 
     def _blit_png(self, compress_level: int = 1) -> bytes:
         """PNG of the figure: the cached static background plus the artists that change."""
         canvas = self.figure.canvas
         if self._background is None:
+            self._sw_live_title.set_text(f"{getattr(self, 'title', '')}: the pipes of "
+                                         + ("one core" if self.core is None else f"core {self.core}"))
             canvas.draw()  # animated artists are skipped: this is the static part
             self._background = canvas.copy_from_bbox(self.figure.bbox)
         canvas.restore_region(self._background)
         renderer = canvas.get_renderer()
-        for a in [*self._dynamic, *self._ax_sw.collections]:
-            if a.get_visible():
+        for a in self._dynamic:
+            if a.get_visible() and id(a) not in self._saved_only:
                 a.draw(renderer)
-        return _png_bytes(canvas, compress_level)
+        state = f"{self.text}\ndouble_buffer {self.double_buffer.value}"
+        return _png_bytes(canvas, compress_level, _explorer_palette(), state)
 
     def png(self, dpi: int = STATIC_DPI) -> bytes:
         """The figure as it stands, as PNG bytes at ``dpi`` (what a saved notebook keeps)."""
-        changing = [*self._dynamic, *self._ax_sw.collections]
+        changing = list(self._dynamic)
         for a in changing:  # savefig skips animated artists
             a.set_animated(False)
+        self._sw_live_title.set_visible(False)   # the full title (tile, cycles) takes its place
+        live_placeholder = self._placeholder_live.get_visible()
+        self._placeholder_live.set_visible(False)   # the full overflow lines take its place
         try:
             buf = io.BytesIO()
             self.figure.savefig(buf, format="png", dpi=dpi)
         finally:
             for a in changing:
                 a.set_animated(True)
+            self._sw_live_title.set_visible(True)
+            self._placeholder_live.set_visible(live_placeholder)
             self._background = None  # the canvas was redrawn at another size
         return buf.getvalue()
 

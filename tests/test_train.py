@@ -302,9 +302,11 @@ def test_mc2_hides_tensor_parallel_collectives_under_their_matmuls():
 
 def test_fused_chains_keep_every_kernel_after_the_kernels_it_reads():
     """Fusion may hold a chain open past a matmul it does not feed, never past a reader."""
+    from pypto_lab.hw import get_chip
+    from pypto_lab.lowering.fusion import VECTOR_CHAINS, fuse_vector_chains
     from pypto_lab.train import capture_step, policy_of
-    from pypto_lab.train.fusion import consumers_of, fuse_vector_chains
-    from pypto_lab.train.kernels import kernels_of
+    from pypto_lab.train.capture import JointChains
+    from pypto_lab.train.step import lower_node
 
     class Block(nn.Module):
         def __init__(self, d=64):
@@ -318,11 +320,11 @@ def test_fused_chains_keep_every_kernel_after_the_kernels_it_reads():
 
     model = nn.Sequential(Block(), Block(), nn.Linear(64, 10))
     step = capture_step(model, (torch.randn(32, 64), torch.randint(0, 10, (32,))), F.cross_entropy)
-    policy = policy_of("fp16", None)
-    consumers = consumers_of(step.gm.graph.nodes, step.base)
+    policy, chip = policy_of("fp16", None), get_chip("Ascend910B1")
+    chains = JointChains(step)
     for nodes in (step.forward, step.backward):
-        items = [(n, kernels_of(n, policy)[0], False) for n in nodes]
-        units = fuse_vector_chains(items, consumers, step.base)
+        items = [(n, lower_node(n, chip, policy)[0], False) for n in nodes]
+        units = fuse_vector_chains(items, chains, VECTOR_CHAINS)
         assert sorted(n.name for u in units for n in u[0]) == sorted(n.name for n in nodes)   # nothing lost
         done: set = set()
         for covered, _ in units:
@@ -331,8 +333,8 @@ def test_fused_chains_keep_every_kernel_after_the_kernels_it_reads():
                     a = step.base.get(a, a)
                     assert a not in nodes or a in done or a in covered, f"{n.name} runs before {a.name}"
             done |= set(covered)
-    fused = [u for u in fuse_vector_chains([(n, kernels_of(n, policy)[0], False) for n in step.forward],
-                                           consumers, step.base) if len(u[0]) > 1]
+    fused = [u for u in fuse_vector_chains([(n, lower_node(n, chip, policy)[0], False) for n in step.forward],
+                                           chains, VECTOR_CHAINS) if len(u[0]) > 1]
     assert any("Swish" in s.op and "Mul" in s.op for _, specs in fused for s in specs)   # SwiGLU is one kernel
 
 

@@ -387,6 +387,35 @@ def capture_causal_lm(model: nn.Module, example_batch) -> StepGraph:
     return _drop_aliases(_step_graph(gm, sig, notes), aliases, notes)
 
 
+class JointChains:
+    """A step's joint graph as the Vector fusion mechanism sees it
+    (`pypto_lab.lowering.fusion.ChainGraph`): a tensor is the node that makes it, a view is the
+    tensor it aliases (`StepGraph.base`), and the graph's output node reads what the step returns
+    (the gradients)."""
+
+    def __init__(self, step: StepGraph):
+        self.base = step.base
+        self.consumers: dict[torch.fx.Node, set[torch.fx.Node]] = {}
+        for n in step.gm.graph.nodes:
+            if self.base.get(n, n) is not n:   # a view: its readers are counted against the base
+                continue
+            for a in n.all_input_nodes:
+                self.consumers.setdefault(self.base.get(a, a), set()).add(n)
+
+    def value(self, node: torch.fx.Node) -> torch.fx.Node:
+        return node
+
+    def reads(self, node: torch.fx.Node) -> set[torch.fx.Node]:
+        return {self.base.get(a, a) for a in node.all_input_nodes}
+
+    def readers(self, value: torch.fx.Node) -> set[torch.fx.Node]:
+        return self.consumers.get(value, set())
+
+    def numel(self, value: torch.fx.Node) -> int:
+        t = tensor_of(value)
+        return 0 if t is None else int(t.numel())
+
+
 def block_names(params: list[str]) -> dict[str, str | None]:
     """Each parameter's repeated block, the unit gradient checkpointing recomputes: a child ``C.i``
     of a container ``C`` (a ModuleList or Sequential: its children are numbered) that has at

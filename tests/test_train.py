@@ -263,6 +263,27 @@ def _llama_batch(seq=128):
     return cfg, {"input_ids": ids, "labels": ids}
 
 
+def test_a_causal_lm_takes_its_batch_as_its_forward_does():
+    """input_ids alone, a tuple bound to forward's parameters, or a dict: the labels are the inputs
+    (transformers shifts them inside the model), and anything else is refused with the rule."""
+    transformers = pytest.importorskip("transformers")
+    cfg, batch = _llama_batch(seq=64)
+    ids = batch["input_ids"]
+    ref = simulate_step(cfg, {"input_ids": ids, "labels": ids}).step_ms
+    assert simulate_step(cfg, ids).step_ms == ref
+    assert simulate_step(cfg, (ids, torch.ones_like(ids))).step_ms == ref
+    assert simulate_step(cfg, {"input_ids": ids}).step_ms == ref
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg)   # a module, not a config: the same batch forms
+    assert simulate_step(model, ids).step_ms == simulate_step(model, {"input_ids": ids, "labels": ids}).step_ms
+    with pytest.raises(TrainCaptureError, match=r"input_ids is a \(2, 64\) torch.float32 tensor.*Rule: a causal LM"):
+        simulate_step(cfg, ids.float())
+    with pytest.raises(TrainCaptureError, match="example_batch of type str.*Fix: torch.randint"):
+        simulate_step(cfg, "the cat sat")
+    with pytest.raises(TrainCaptureError, match="input_ids is missing"):
+        simulate_step(model, {"attention_mask": ids})
+
+
 def test_vector_fusion_runs_an_rmsnorm_as_one_kernel_and_writes_what_the_backward_reads():
     cfg, batch = _llama_batch()
     eager = simulate_step(cfg, batch, fuse_vector=False)

@@ -58,8 +58,10 @@ from .capture import (
     block_names,
     capture_causal_lm,
     capture_step,
+    causal_lm_batch,
     forward_blocks,
     tensor_of,
+    trains_as_causal_lm,
 )
 from .policy import BYTES, Policy, policy_of
 from .qat import fake_quant_kernels
@@ -288,9 +290,12 @@ def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", 
     """Cost one training step of ``model`` on ``example_batch`` (one card's micro-batch).
 
     ``model``: an ``nn.Module``, a ``DistributedDataParallel`` wrapper (its bucket size is used) or a
-    transformers config (a causal LM built on the meta device; the batch is a dict with labels).
+    transformers config (a causal LM built on the meta device).
     ``example_batch``: ``(inputs..., target)`` with ``loss_fn``, or a dict whose model output has
-    ``.loss``. ``cards``: all cards (default: the simulated world size of `pypto_lab.distributed`,
+    ``.loss``; for a causal LM (a config, or a transformers ``*ForCausalLM`` without ``loss_fn``)
+    what its ``forward`` takes: an ``input_ids`` tensor, a tuple ``(input_ids, attention_mask, ...)``
+    or a dict, the labels being the inputs when none are given (`causal_lm_batch`), trained on its
+    next-token loss (`capture_causal_lm`). ``cards``: all cards (default: the simulated world size of `pypto_lab.distributed`,
     else 1); ``tp``: tensor-parallel cards per model replica (transformer blocks split Megatron
     style), the rest data parallel. ``bucket_mb``: gradient bucket size (default: the DDP wrapper's,
     else DDP's 25 MB). ``loader``: a `pypto_lab.data.NPUDataLoader` whose measured feed time is set
@@ -349,7 +354,10 @@ def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", 
         stack = get_stack(stack if stack is not None else (DEFAULT_LLM_TRAIN_STACK if causal else DEFAULT_TRAIN_STACK))
     except StackConfigError as e:
         raise TrainConfigError(str(e)) from None
-    step = _captured(module, example_batch, loss_fn, causal)
+    lm = causal or (loss_fn is None and trains_as_causal_lm(module))   # trained on its next-token loss
+    if lm:
+        example_batch = causal_lm_batch(module, example_batch)
+    step = _captured(module, example_batch, loss_fn, lm)
     plan = _Plan(step=step, name=name, chip=chip, cards=cards, tp=tp, hidden=hidden, topology=topology,
                  policy=policy, precision=precision, optimizer=optimizer, grad_accum=grad_accum,
                  checkpoint=bool(checkpoint), bucket_mb=float(bucket),

@@ -40,6 +40,10 @@ class NpuOp:
     fp32: bool = False
     reads: int | None = None
 
+    def __post_init__(self):
+        if isinstance(self.vector_ops, str):   # one operator by name, as entries were written before
+            object.__setattr__(self, "vector_ops", (self.vector_ops,) if self.vector_ops else ())
+
     @property
     def vector_op(self) -> str:
         """The first (for most entries the only) Vector operator, "" for none."""

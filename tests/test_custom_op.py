@@ -4,8 +4,8 @@ import pytest
 import torch
 
 import pypto_lab
-from pypto_lab.capture.catalogue import lookup
 from pypto_lab.lowering.custom_ops import CustomOpError, custom_op
+from pypto_lab.lowering.table import lookup
 
 custom_op_impl = """
 #include "tbe/te_operation.h"

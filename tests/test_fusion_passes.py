@@ -9,6 +9,7 @@ import torchvision
 
 from pypto_lab.capture import capture, from_exported
 from pypto_lab.passes import PassManager, PassOrderError, RecordSnapshots, get_pass
+from pypto_lab.passes.verify import verify
 
 CONV_PIPELINE = ["map_ops", "fold_batchnorm", "fuse_conv_bn_relu"]
 
@@ -206,23 +207,40 @@ def test_elementwise_chain_becomes_one_group():
     assert all(g.node(n).kernel is None for n in ("mul", "relu", "exp"))
 
 
-def test_elementwise_chains_step_over_views_and_stop_at_reductions_and_shared_outputs():
+def test_elementwise_chains_step_over_views_stop_at_reductions_and_keep_shared_values_in_ub():
     class Mixed(nn.Module):
         def forward(self, x):
             a = (x * 3).view(32).exp()     # mul -> view -> exp: one chain through a view
-            s = a.softmax(-1)              # a reduction ends the chain
+            s = a.softmax(-1)              # a reduction is no member: reading the chain, it closes it
             b = s - 1
-            return b.sqrt() + b.rsqrt()    # b read twice: sub stands alone
+            return b.sqrt() + b.rsqrt()    # b read twice, by members only: it stays in UB
 
     g, snaps = run(capture(Mixed(), torch.randn(4, 8)), ["map_ops", "fuse_elementwise"])
     got = {k: [n.op for n in v] for k, v in groups(g).items()}
-    # sqrt and rsqrt both feed the add: the first chain to reach it takes it
-    assert got == {"mul": ["mul", "view", "exp"], "sqrt": ["sqrt", "add"]}
-    assert g.node("sub").group is None and g.node("softmax").group is None
-    assert g.node("rsqrt").group is None
-    assert snaps["fuse_elementwise"].summary == "fused 2 element-wise chains (5 nodes)"
-    notes = [str(n) for n in snaps["fuse_elementwise"].notes]
-    assert "sub sub: output also read by sqrt, rsqrt; the chain from sub ends here" in notes
+    assert got == {"mul": ["mul", "view", "exp"], "sub": ["sub", "sqrt", "rsqrt", "add"]}
+    assert g.node("softmax").group is None
+    assert snaps["fuse_elementwise"].summary == "fused 2 element-wise chains (7 nodes)"
+    spec = g.node("sub").kernel          # reads the softmax's output once, writes the sum once
+    assert spec.ops == ("sub", "sqrt", "rsqrt", "add") and spec.inputs == 1
+    assert not snaps["fuse_elementwise"].notes
+
+
+def test_a_fused_chain_writes_a_value_read_outside_it_and_runs_after_what_it_reads():
+    class Shared(nn.Module):
+        def forward(self, x, y):
+            a = x * 2
+            m = y.sum(-1, keepdim=True)    # a reduction between the chain's members, reading neither
+            return (a.exp() + m), a.amax(-1)   # a is also read by a reduction outside the chain
+
+    g, snaps = run(capture(Shared(), (torch.randn(4, 16), torch.randn(4, 16))), ["map_ops", "fuse_elementwise"])
+    assert {k: [n.op for n in v] for k, v in groups(g).items()} == {"mul": ["mul", "exp", "add"]}
+    spec = g.node("mul").kernel          # streams x in, writes a beside the sum: two streams
+    assert spec.ops == ("mul", "exp", "add") and spec.inputs == 2
+    assert [str(n) for n in snaps["fuse_elementwise"].notes] == [
+        "mul mul: output also read by amax: the fused kernel from mul mul writes it"]
+    order = [n.name for n in g.nodes]    # the fused kernel runs after the sum it reads
+    assert order.index("sum_1") < order.index("mul") < order.index("amax")
+    verify(g)
 
 
 def test_elementwise_leaves_conv_groups_alone(resnet50_fused):

@@ -1,4 +1,4 @@
-"""Capture with torch.export, the operator catalogue and the pass infrastructure."""
+"""Capture with torch.export, the lowering table and the pass infrastructure."""
 
 from dataclasses import FrozenInstanceError, dataclass
 from typing import ClassVar

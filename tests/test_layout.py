@@ -6,11 +6,11 @@ import torch.nn as nn
 import torchvision
 
 from pypto_lab.capture import Graph, Node, TensorInfo, Value, capture
-from pypto_lab.capture.catalogue import lookup
 from pypto_lab.hw.chip import get_chip
 from pypto_lab.kernels.ir import TransDataKernel
 from pypto_lab.lowering.costing import cost_kernels
 from pypto_lab.lowering.lower import kernels_of, lower
+from pypto_lab.lowering.table import lookup
 from pypto_lab.passes import PassContext, PassManager, RecordSnapshots, get_pass
 from pypto_lab.passes.layout import NC1HWC0, ND, NZ, TRANSDATA, transdata_node
 

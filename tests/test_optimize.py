@@ -185,7 +185,7 @@ def test_models_nobody_tuned_for_run_end_to_end(build):
         model, inputs = GPT2Model(GPT2Config(n_layer=2, use_cache=False)), (torch.randint(0, 1000, (2, 64)),)
     rep = optimize(model, inputs, chip="Ascend910B1", level=2).report()
     assert rep.latency_us > 0 and len(rep.kernels) > 10
-    # whatever the catalogue lacks is listed, never a crash
+    # whatever the lowering table lacks is listed, never a crash
     assert all(op.startswith("aten.") for op in rep.fallback_ops)
     if build == "gpt2":
         assert rep.fallback_ops == []  # the attention-mask arithmetic (diff, &) maps to vector operators

@@ -147,7 +147,7 @@ def test_a_cpu_lane_op_sits_between_the_kernels_around_it():
     class M(nn.Module):
         def forward(self, x):
             y = torch.relu(x)
-            return torch.relu(torch.erfinv(y * 0.5)) + y   # erfinv: not in the catalogue, runs on the CPU
+            return torch.relu(torch.erfinv(y * 0.5)) + y   # erfinv: not in the lowering table, runs on the CPU
 
     g = PassManager(["map_ops"]).run(capture(M(), torch.randn(1, 1024)))
     assert g.node("erfinv").unit == "cpu"

@@ -263,6 +263,27 @@ def _llama_batch(seq=128):
     return cfg, {"input_ids": ids, "labels": ids}
 
 
+def test_a_causal_lm_takes_its_batch_as_its_forward_does():
+    """input_ids alone, a tuple bound to forward's parameters, or a dict: the labels are the inputs
+    (transformers shifts them inside the model), and anything else is refused with the rule."""
+    transformers = pytest.importorskip("transformers")
+    cfg, batch = _llama_batch(seq=64)
+    ids = batch["input_ids"]
+    ref = simulate_step(cfg, {"input_ids": ids, "labels": ids}).step_ms
+    assert simulate_step(cfg, ids).step_ms == ref
+    assert simulate_step(cfg, (ids, torch.ones_like(ids))).step_ms == ref
+    assert simulate_step(cfg, {"input_ids": ids}).step_ms == ref
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg)   # a module, not a config: the same batch forms
+    assert simulate_step(model, ids).step_ms == simulate_step(model, {"input_ids": ids, "labels": ids}).step_ms
+    with pytest.raises(TrainCaptureError, match=r"input_ids is a \(2, 64\) torch.float32 tensor.*Rule: a causal LM"):
+        simulate_step(cfg, ids.float())
+    with pytest.raises(TrainCaptureError, match="example_batch of type str.*Fix: torch.randint"):
+        simulate_step(cfg, "the cat sat")
+    with pytest.raises(TrainCaptureError, match="input_ids is missing"):
+        simulate_step(model, {"attention_mask": ids})
+
+
 def test_vector_fusion_runs_an_rmsnorm_as_one_kernel_and_writes_what_the_backward_reads():
     cfg, batch = _llama_batch()
     eager = simulate_step(cfg, batch, fuse_vector=False)
@@ -302,9 +323,11 @@ def test_mc2_hides_tensor_parallel_collectives_under_their_matmuls():
 
 def test_fused_chains_keep_every_kernel_after_the_kernels_it_reads():
     """Fusion may hold a chain open past a matmul it does not feed, never past a reader."""
+    from pypto_lab.hw import get_chip
+    from pypto_lab.lowering.fusion import VECTOR_CHAINS, fuse_vector_chains
     from pypto_lab.train import capture_step, policy_of
-    from pypto_lab.train.fusion import consumers_of, fuse_vector_chains
-    from pypto_lab.train.kernels import kernels_of
+    from pypto_lab.train.capture import JointChains
+    from pypto_lab.train.step import lower_node
 
     class Block(nn.Module):
         def __init__(self, d=64):
@@ -318,11 +341,11 @@ def test_fused_chains_keep_every_kernel_after_the_kernels_it_reads():
 
     model = nn.Sequential(Block(), Block(), nn.Linear(64, 10))
     step = capture_step(model, (torch.randn(32, 64), torch.randint(0, 10, (32,))), F.cross_entropy)
-    policy = policy_of("fp16", None)
-    consumers = consumers_of(step.gm.graph.nodes, step.base)
+    policy, chip = policy_of("fp16", None), get_chip("Ascend910B1")
+    chains = JointChains(step)
     for nodes in (step.forward, step.backward):
-        items = [(n, kernels_of(n, policy)[0], False) for n in nodes]
-        units = fuse_vector_chains(items, consumers, step.base)
+        items = [(n, lower_node(n, chip, policy)[0], False) for n in nodes]
+        units = fuse_vector_chains(items, chains, VECTOR_CHAINS)
         assert sorted(n.name for u in units for n in u[0]) == sorted(n.name for n in nodes)   # nothing lost
         done: set = set()
         for covered, _ in units:
@@ -331,8 +354,8 @@ def test_fused_chains_keep_every_kernel_after_the_kernels_it_reads():
                     a = step.base.get(a, a)
                     assert a not in nodes or a in done or a in covered, f"{n.name} runs before {a.name}"
             done |= set(covered)
-    fused = [u for u in fuse_vector_chains([(n, kernels_of(n, policy)[0], False) for n in step.forward],
-                                           consumers, step.base) if len(u[0]) > 1]
+    fused = [u for u in fuse_vector_chains([(n, lower_node(n, chip, policy)[0], False) for n in step.forward],
+                                           chains, VECTOR_CHAINS) if len(u[0]) > 1]
     assert any("Swish" in s.op and "Mul" in s.op for _, specs in fused for s in specs)   # SwiGLU is one kernel
 
 

@@ -29,7 +29,7 @@ import torch
 import pypto_lab
 from pypto_lab import optimize
 from pypto_lab.capture import capture
-from pypto_lab.capture.catalogue import lookup
+from pypto_lab.lowering.table import lookup
 from pypto_lab.models.zoo import resnet50
 from pypto_lab.viz import views
 
@@ -57,12 +57,13 @@ for op, count in ops.most_common():
 """)
 
 md("""
-## 2 · The operator catalogue: every ATen op has an NPU operator
+## 2 · The lowering table: every ATen op has an NPU operator
 
-`map_ops` looks each ATen op up in `pypto_lab/ops.py` and assigns the NPU operator (CANN's op
-type) and the unit that runs it: the **Cube** for convolutions and matmuls (implicit GEMM on
+`map_ops` looks each ATen op up in the lowering table (`pypto_lab/lowering/table.py`, the one
+table inference, LLM graphs and training all lower through) and assigns the NPU operator (CANN's
+op type) and the unit that runs it: the **Cube** for convolutions and matmuls (implicit GEMM on
 16×16×16 fractals), the **Vector** unit for element-wise work, pooling and norms, **free** for views
-that change only metadata. An op missing from the catalogue would fall back to the host and pay
+that change only metadata. An op missing from the table would fall back to the host and pay
 the PCIe round trip; ResNet-50 has none.
 """)
 

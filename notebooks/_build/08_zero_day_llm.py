@@ -113,9 +113,9 @@ for t in range(4):
 md("""
 ## 2 · Day 0: optimize the new model, read its fallbacks
 
-`optimize` captures the model, maps each ATen op to an NPU kernel from its catalogue and costs
-every kernel on the chip. An op the catalogue does not know **falls back to the CPU**: it runs on
-the host, and the report lists it.
+`optimize` captures the model, maps each ATen op to an NPU kernel from its lowering table and
+costs every kernel on the chip. An op the table does not know **falls back to the CPU**: it runs
+on the host, and the report lists it.
 """)
 
 code("""

@@ -501,7 +501,7 @@ LLaMA scripts train with `--use-fused-rmsnorm --use-fused-swiglu --use-fused-rot
 beside it, chunk by chunk, so the communication hides under the compute.
 
 `simulate_step(..., fuse_vector=True)` runs every chain of Vector kernels as one kernel
-(`pypto_lab.train.fusion`: the intermediates stay in UB; what the backward or the next matmul reads
+(`pypto_lab.lowering.fusion`: the intermediates stay in UB; what the backward or the next matmul reads
 is still written), and `mc2=True` overlaps each collective with its GEMM. A config-built causal LM
 is fused by default; here a small LLaMA on 8 cards with `tp=8` is costed three ways.
 """)

@@ -1,7 +1,9 @@
 """Stage 1 of the data path: a PyTorch model becomes the project's `Graph`.
 
-`export.capture` runs `torch.export`; `graph` holds the graph it makes; `catalogue` says which
-NPU operator, on which unit, runs each ATen operator. `hf_models` adapts transformers causal LMs
+`export.capture` runs `torch.export`; `graph` holds the graph it makes; `fx_node` turns one
+torch.fx node of any graph (an exported program's, a training step's joint graph's) into a `Node`
+with the shapes it reads; `catalogue` is the type of a lowering-table entry (the table itself is
+`pypto_lab.lowering.table`). `hf_models` adapts transformers causal LMs
 (called with ``use_cache=False``), `shapes_only` exports models whose weights are on the meta
 device, `dynamic` specialises a program exported once with dynamic shapes (`export_dynamic`) to
 each concrete size, and `torchscript` converts TorchScript models (ScriptModules, torch.jit.save

@@ -34,61 +34,8 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from . import dynamic, hf_models, shapes_only, torchscript
-from .graph import Graph, Node, TensorInfo, Value
-
-
-class CaptureError(ValueError):
-    """`torch.export` could not capture the model; the message says why and what to do."""
-
-
-# ---- capture ------------------------------------------------------------------------------
-
-def _info(val: Any, where: str = "") -> TensorInfo | None:
-    if isinstance(val, torch.Tensor):
-        dims = []
-        for d in val.shape:
-            if not isinstance(d, int):
-                raise CaptureError(
-                    f"{where or 'a tensor'} has a data-dependent shape {tuple(str(x) for x in val.shape)}: "
-                    "the simulator needs static shapes. Keep shapes fixed (e.g. mask with torch.where instead "
-                    "of boolean indexing, pad to a maximum length) and capture again"
-                )
-            dims.append(d)
-        return TensorInfo(tuple(dims), str(val.dtype).removeprefix("torch."))
-    return None
-
-
-def _outputs(val: Any, where: str) -> list[TensorInfo]:
-    if isinstance(val, (tuple, list)):
-        return [i for v in val if (i := _info(v, where)) is not None]
-    i = _info(val, where)
-    return [i] if i is not None else []
-
-
-def _replace_nodes(obj: Any, names: list[str], scalars: dict[str, Any] | None = None) -> Any:
-    """Arguments with fx nodes replaced by their names (collected into ``names``), and nodes
-    that compute a concrete size (``scalars``) by their value."""
-    if isinstance(obj, torch.fx.Node):
-        if scalars and obj.name in scalars:
-            return scalars[obj.name]
-        names.append(obj.name)
-        return obj.name
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_replace_nodes(o, names, scalars) for o in obj)
-    if isinstance(obj, dict):
-        return {k: _replace_nodes(v, names, scalars) for k, v in obj.items()}
-    if isinstance(obj, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
-        return str(obj)
-    return obj
-
-
-def _module_of(node: torch.fx.Node) -> tuple[str, str]:
-    stack = node.meta.get("nn_module_stack") or {}
-    if not stack:
-        return "", ""
-    path, mtype = list(stack.values())[-1]
-    return str(path), str(mtype if isinstance(mtype, str) else getattr(mtype, "__qualname__", mtype))
-
+from .fx_node import CaptureError, node_of, replace_nodes, tensor_info
+from .graph import Graph, Node, Value
 
 _SIZE_OPS = ("aten.sym_size", "aten.sym_numel", "aten.sym_stride", "aten.sym_storage_offset")
 
@@ -118,21 +65,15 @@ def from_exported(ep: torch.export.ExportedProgram, model_name: str = "") -> Gra
     scalars: dict[str, Any] = {}
     for n in ep.graph.nodes:
         if n.op == "placeholder":
-            values[n.name] = Value(n.name, kinds.get(n.name, "input"), _info(n.meta.get("val"), f"input {n.name}"),
+            values[n.name] = Value(n.name, kinds.get(n.name, "input"), tensor_info(n.meta.get("val"), f"input {n.name}"),
                                    targets.get(n.name, ""))
         elif n.op == "call_function" and _is_size_arithmetic(n):
             scalars[n.name] = n.meta["val"]
         elif n.op == "call_function":
-            names: list[str] = []
-            args = _replace_nodes(tuple(n.args), names, scalars)
-            kwargs = _replace_nodes(dict(n.kwargs), names, scalars)
-            module, mtype = _module_of(n)
-            where = f"node {n.name} ({n.target}, from {module or 'the model'})"
-            nodes.append(Node(n.name, str(n.target), names, args, kwargs, _outputs(n.meta.get("val"), where),
-                              module, mtype))
+            nodes.append(node_of(n, scalars))
         elif n.op == "output":
-            names = []
-            _replace_nodes(n.args, names, scalars)
+            names: list[str] = []
+            replace_nodes(n.args, names, scalars)
             outputs = names
     return Graph(values, nodes, outputs, model_name)
 

@@ -65,7 +65,7 @@ class Node:
     """One ATen call. ``inputs`` name the values or nodes it reads, in argument order; ``args``
     keeps every argument as captured, with tensors replaced by the name of their producer.
 
-    What the passes decide about a node is typed: ``npu`` (the catalogue entry, set by `map_ops`;
+    What the passes decide about a node is typed: ``npu`` (its lowering-table entry, set by `map_ops`;
     its ``unit`` is "cpu" for a fallback), ``kernel`` (the spec of the kernel this node anchors:
     what the chip runs), ``group`` (the anchor of the fused kernel this node belongs to; None when
     it anchors its own kernel or is a view), ``fused_by`` (the pass that fused it), ``folded_bn``
@@ -90,7 +90,7 @@ class Node:
 
     @property
     def unit(self) -> str | None:
-        """The unit the catalogue gave it ("cube", "vector", "move", "free", "composite", "cpu"); None
+        """The unit the lowering table gave it ("cube", "vector", "move", "free", "composite", "cpu"); None
         before `map_ops`."""
         return self.npu.unit if self.npu is not None else None
 

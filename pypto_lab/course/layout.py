@@ -23,7 +23,7 @@ from ..kernels.ir import CubeKernel, TransDataKernel
 from ..passes.layout import ND_VECTOR_OPS, NZ_LAYER_NORMS
 from .verdict import Attempt, Verdict
 
-VIEW_UNIT = "free"  # the catalogue's unit for views (reshape, view, flatten, permute, ...)
+VIEW_UNIT = "free"  # the lowering table's unit for views (reshape, view, flatten, permute, ...)
 
 
 def _shape(graph: Graph, name: str) -> tuple[int, ...]:

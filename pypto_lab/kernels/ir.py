@@ -304,7 +304,7 @@ class TransDataKernel(KernelSpec):
 
 @dataclass(frozen=True)
 class HostKernel(KernelSpec):
-    """An operator the catalogue does not know, run on the host: its inputs go device -> host and
+    """An operator the lowering table does not know, run on the host: its inputs go device -> host and
     its outputs host -> device over the card's link (the CPU's own compute time is not modelled)."""
 
     kind: ClassVar[str] = "host"

@@ -2,7 +2,7 @@
 a kernel spec (the entry a user operator adds to the lowering table).
 
 `pypto_lab.lowering.custom_ops` registers each user operator here (`USER_OPS`). Lowering (called by
-`map_ops` through the catalogue entry) turns a captured node into:
+`map_ops` through the op's entry in the lowering table) turns a captured node into:
 
 * a `CustomKernel` with its cost function, when one was declared (``cost=`` or a callable
   ``npu_func``): its coster (`pypto_lab.kernels.custom`) calls it with the op's arguments as meta
@@ -15,7 +15,7 @@ a kernel spec (the entry a user operator adds to the lowering table).
 * a `PtoKernel` when its ``npu_func`` is a pto kernel (`pypto_lab.kernels.pto_bridge`): the kernel
   itself is simulated on the chip at the op's shapes, and run for the op's numerics;
 * with nothing declared, a `VectorKernel` of its reference's ATen ops (traced on meta tensors),
-  when each of them is a Vector operator of the catalogue or a view; otherwise `CustomOpError`
+  when each of them is a Vector operator of the lowering table or a view; otherwise `CustomOpError`
   names what to declare.
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from ..capture.catalogue import CUSTOM_NAMESPACE, lookup
+from ..capture.catalogue import CUSTOM_NAMESPACE
 from ..capture.graph import Graph, Node
 from ..hw.chip import Chip
 from ..hw.kernels import VECTOR_OPS
@@ -37,6 +37,8 @@ from ..kernels.custom_error import CustomOpError
 from ..kernels.ir import CubeKernel, CustomKernel, KernelSpec, TensorMeta, VectorKernel
 from ..kernels.pto_bridge import lower_pto
 from .lower import storage_dtypes
+from .precision import Precision, as_precision
+from .table import lookup
 
 UNITS = ("vector", "cube", "move")
 
@@ -104,12 +106,12 @@ def _reference_vector_ops(spec: CustomOpSpec, args: list) -> tuple[str, ...]:
         if entry is None or entry.unit not in ("vector", "free"):
             raise CustomOpError(no_cost_message(spec.name) + f"; no cost could be derived from its reference: it "
                                 f"calls {n.target}, which is not a Vector operator")
-        if entry.unit == "vector" and entry.vector_op:
-            ops.append(entry.vector_op)
+        if entry.unit == "vector":
+            ops.extend(entry.vector_ops)
     return tuple(ops) or ("copy",)
 
 
-def lower_custom(graph: Graph, node: Node, chip: Chip, precision: str) -> KernelSpec:
+def lower_custom(graph: Graph, node: Node, chip: Chip, precision: str | Precision) -> KernelSpec:
     """The kernel spec of a captured user operator (see the module docstring)."""
     spec = spec_of(node.target)
     if spec is None:
@@ -128,7 +130,7 @@ def lower_custom(graph: Graph, node: Node, chip: Chip, precision: str) -> Kernel
     out = tuple(TensorMeta(o.shape, o.dtype) for o in node.outputs)
     meta = meta_of(args)
     if spec.npu_kernel is not None:
-        return lower_pto(spec.name, spec.npu_kernel, args, out, chip, precision, gm)
+        return lower_pto(spec.name, spec.npu_kernel, args, out, chip, as_precision(chip, precision).name, gm)
     if spec.cost is not None:
         return CustomKernel(spec.name, spec.unit, args, out, gm, cost_fn=spec.cost)
     if spec.unit == "cube":

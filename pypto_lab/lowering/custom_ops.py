@@ -23,7 +23,7 @@ Here ``npu_func`` is one of:
 runs it. The op is a ``torch.library`` custom op in the namespace ``pypto_lab_user`` (with a fake
 implementation that runs the reference on fake tensors, or returns a tensor shaped like the first
 input when that fails), so ``torch.export`` captures one node ``pypto_lab_user.<name>.default``;
-the operator catalogue (`pypto_lab.capture.catalogue.lookup`) knows it, on the unit it was
+the lowering table (`pypto_lab.lowering.table.lookup`) knows it, on the unit it was
 registered with, and `pypto_lab.kernels.custom` lowers it to a kernel spec and costs it from what
 was declared:
 
@@ -42,13 +42,13 @@ was declared:
 
 A custom op without any of these (the seed's example) is costed from its reference: the
 reference is traced on meta tensors (``make_fx``) and, when every ATen op it calls is a Vector
-operator of the catalogue (or a view), they are simulated as one fused Vector kernel over the
+operator of the lowering table (or a view), they are simulated as one fused Vector kernel over the
 output (``x * 2``: one VMUL per tile). When the reference calls anything else (a sort, a
-matmul, an op the catalogue lacks), `pypto_lab.optimize` raises `CustomOpError` ("custom op 'x'
+matmul, an op the table lacks), `pypto_lab.optimize` raises `CustomOpError` ("custom op 'x'
 has no cost: ...") naming what to pass.
 
 This module is the seed article's decorator: it registers the torch op, the declaration
-(`pypto_lab.kernels.custom.USER_OPS`) and the catalogue entry.
+(`pypto_lab.kernels.custom.USER_OPS`) and its entry in the lowering table (`table.CUSTOM`).
 """
 
 from __future__ import annotations
@@ -60,10 +60,11 @@ from typing import Any
 
 import torch
 
-from ..capture.catalogue import CUSTOM, CUSTOM_NAMESPACE, NpuOp
+from ..capture.catalogue import CUSTOM_NAMESPACE, NpuOp
 from ..kernels.custom_error import CustomOpError
 from ..kernels.pto_bridge import is_pto_kernel
 from .custom import UNITS, USER_OPS, CustomOpSpec, lower_custom, spec_of
+from .table import CUSTOM
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SPECS = USER_OPS
@@ -200,7 +201,7 @@ def custom_op(npu_func: str | Callable | None = None, *, name: str | None = None
                             npu_func if isinstance(npu_func, str) else "", schema, npu_func if pto else None)
         op = _register_torch_op(op_name, schema)
         _SPECS[op_name] = spec
-        CUSTOM[op_name] = NpuOp(op_name, spec.unit, "", custom=lower_custom)
+        CUSTOM[op_name] = NpuOp(op_name, spec.unit, lower=lower_custom)
         op.pypto_spec = spec
         op.__doc__ = fn.__doc__
         return op

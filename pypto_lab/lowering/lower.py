@@ -1,10 +1,14 @@
-"""Lowering: an ATen node becomes the kernel spec an untuned, unfused NPU operator would run, and
-a graph's annotated nodes become its list of kernels.
+"""Lowering rules: how an ATen node becomes the kernel specs an untuned, unfused NPU operator
+runs, and how a graph's annotated nodes become its list of kernels.
 
-This is the one place that reads ATen operator names and argument positions to size a kernel
-(a convolution's implicit GEMM, a linear layer's bias, an int8 layer's scale argument); `map_ops`
-calls it once per node, and every later pass refines the spec it made. `kernels_of` reads only
-the typed annotations (``node.group``, ``node.kernel``).
+This is the one place that reads ATen argument positions and shapes to size a kernel (a
+convolution's implicit GEMM, a linear layer's bias, an int8 layer's scale argument, the rows of a
+reduction, the tensors a Vector kernel streams from GM). Which rule an op takes is its entry in
+the lowering table (`pypto_lab.lowering.table`, written into ``node.npu`` by `map_ops`); a node of
+a training step's joint graph is seen as a `Node` too (`pypto_lab.capture.fx_node.op_graph`), so
+inference, LLM graphs and training lower through the same rules. `lower_all` gives every spec a
+node runs as, `lower` the one spec ``node.kernel`` holds; every later pass refines it.
+`kernels_of` reads only the typed annotations (``node.group``, ``node.kernel``).
 """
 
 from __future__ import annotations
@@ -27,25 +31,23 @@ from ..kernels.ir import (
     VectorKernel,
 )
 from .masks import attention_is_causal
+from .precision import Precision, as_precision
 
 CONVS = ("conv2d", "convolution", "_convolution", "conv1d", "conv2d_int8")
 # pypto_lab.quantization's int8 layers: int8 on the Cube whatever the precision; the value is the
 # index of their input-scale argument (None there: a dynamic scale, a max-reduction over the input)
 INT8_LAYERS = {"linear_int8": 4, "conv2d_int8": 8}
-# Vector operators whose work is sized by their (larger) input rather than their output
-REDUCING = ("max_pool2d", "adaptive_avg_pool2d", "avg_pool2d", "sum", "mean", "amax", "max")
-
-
 GROUPED_MATMULS = ("_grouped_mm", "grouped_mm_fallback")  # a mixture of experts' matmul (GroupedMatmul)
 
 
-def storage_dtypes(chip: Chip, precision: str) -> tuple[str, str]:
-    """(what the Cube multiplies, what GM holds for Vector kernels) before any precision pass: the
-    run's precision where the chip has it, fp16 otherwise; int8 starts as fp16 (`quantize_int8`
-    turns the Cube kernels to int8)."""
-    cube = precision if precision != "int8" and chip.cube.supports(precision) else "fp16"
-    vector = precision if precision in ("fp16", "bf16", "fp32") else "fp16"
-    return cube, vector
+MAX_ROW = 2048   # the longest row a reduction keeps whole in UB here; longer rows reduce in segments
+
+
+def storage_dtypes(chip: Chip, precision: str | Precision) -> tuple[str, str]:
+    """(what the Cube multiplies, what GM holds for Vector kernels) at ``precision`` (a `Precision`,
+    or an inference run's precision name: see `Precision.of_run`)."""
+    p = as_precision(chip, precision)
+    return p.cube, p.vector
 
 
 def _shape(graph: Graph, name: str) -> tuple[int, ...]:
@@ -98,7 +100,7 @@ def _has_bias(node: Node) -> bool:
     return False
 
 
-def cube_kernel(graph: Graph, node: Node, chip: Chip, precision: str) -> CubeKernel:
+def cube_kernel(graph: Graph, node: Node, chip: Chip, precision: str | Precision) -> CubeKernel:
     """The Cube kernel of a matmul or convolution node, unfused: bias (if any) in its epilogue."""
     caps = capabilities(chip)
     batch, m, k, n = gemm_dims(graph, node)
@@ -110,8 +112,9 @@ def cube_kernel(graph: Graph, node: Node, chip: Chip, precision: str) -> CubeKer
         quant = InputQuant(x.numel, x.shape[-1], dynamic) if x is not None and x.numel else None
         return CubeKernel(op, batch, m, k, n, "int8", "fp16", caps.place(bias=_has_bias(node), dequant=True),
                           quantize_input=quant, im2col=conv_im2col(graph, node))
-    dtype, _ = storage_dtypes(chip, precision)
-    return CubeKernel(op, batch, m, k, n, dtype, dtype, caps.place(bias=_has_bias(node)), im2col=conv_im2col(graph, node))
+    p = as_precision(chip, precision)
+    return CubeKernel(op, batch, m, k, n, p.cube, p.cube_out, caps.place(bias=_has_bias(node)),
+                      im2col=conv_im2col(graph, node))
 
 
 def conv_im2col(graph: Graph, node: Node) -> Im2col | None:
@@ -129,7 +132,8 @@ def conv_im2col(graph: Graph, node: Node) -> Im2col | None:
 
 def streamed_inputs(graph: Graph, nodes: list[Node], numel: int) -> list[str]:
     """Inputs from outside the kernel that stream through it: tensors at least an eighth of the
-    output's size (per-channel parameters such as BatchNorm's are small and stay in UB)."""
+    kernel's size (per-channel parameters such as BatchNorm's, a broadcast scale, are small and
+    stay in UB)."""
     inside = {n.name for n in nodes}
     seen = []
     for n in nodes:
@@ -141,23 +145,82 @@ def streamed_inputs(graph: Graph, nodes: list[Node], numel: int) -> list[str]:
     return seen
 
 
+def stream_count(sizes: list[int], numel: int) -> int:
+    """How many ``numel``-element streams a Vector kernel of ``numel`` elements moves for tensors of
+    ``sizes`` elements (what it reads from GM, or writes beyond its one output): each tensor of at
+    least an eighth of ``numel`` counts for its size, at most one stream (a gather reads only the
+    rows it gathers, the pieces of a concat add up to one), and the sum is rounded up; smaller
+    tensors stay in UB."""
+    numel = max(1, numel)
+    total = sum(min(s, numel) for s in sizes if s * 8 >= numel)
+    return -(-total // numel)
+
+
+def split_row(row: int | None) -> int | None:
+    """A reduction over a row longer than UB holds runs as partial sums over segments of it (the
+    second pass over the partial sums is negligible): the segment is the row's largest divisor
+    up to `MAX_ROW` (`MAX_ROW` itself when no divisor is at least 64)."""
+    if row is None or row <= MAX_ROW:
+        return row
+    best = max((d for d in range(1, MAX_ROW + 1) if row % d == 0), default=MAX_ROW)
+    return best if best >= 64 else MAX_ROW
+
+
+def flat_reduction(numel: int) -> tuple[int, int]:
+    """(elements, row length) of a reduction over a flat buffer of ``numel`` elements (all of a
+    step's gradients, say): rows of `MAX_ROW`, the last one padded."""
+    row = min(MAX_ROW, max(1, numel))
+    return -(-numel // row) * row, row
+
+
+def vector_spec(op: str, ops: tuple[str, ...], numel: int, dtype: str, compute_dtype: str, inputs: int | None,
+                row_len: int | None = None) -> VectorKernel:
+    """A `VectorKernel`, its rows split into segments UB holds (`split_row`; the last segment of a
+    row with no divisor near `MAX_ROW` padded)."""
+    numel = max(1, numel)
+    row_len = split_row(row_len) if any(VECTOR_OPS[o].row_wise for o in ops) else None
+    if row_len and numel % row_len:
+        numel = -(-numel // row_len) * row_len
+    return VectorKernel(op, ops, numel, dtype, compute_dtype, inputs, row_len)
+
+
+def _rows(graph: Graph, node: Node, numel: int) -> int:
+    """The row a row-wise operator of ``node`` works along (its entry's ``rows``): the elements
+    reduced into each output element ("reduced": a sum or mean over some dimensions), the last
+    dimension of its output ("output": a pooling gradient), else the last dimension of its input."""
+    inp = graph.info(node.inputs[0]) if node.inputs else None
+    out = node.outputs[0] if node.outputs else None
+    rows = node.npu.rows if node.npu is not None else ""
+    if rows == "reduced" and inp is not None and out is not None:
+        return max(1, inp.numel // max(1, out.numel))
+    if rows == "output" and out is not None:
+        inp = out
+    shape = inp.shape if inp is not None else (numel,)
+    return shape[-1] if shape and shape[-1] and numel % shape[-1] == 0 else numel
+
+
 def vector_kernel(graph: Graph, nodes: list[Node], dtype: str, compute_dtype: str) -> VectorKernel:
     """One Vector kernel doing the work of ``nodes`` (a single operator, or a fused chain with the
-    views between its members): each member's vector operator on every tile, reading the tensors
-    that stream in from GM and writing the last member's output once."""
+    views between its members): each member's vector operators on every tile, reading the tensors
+    that stream in from GM (`stream_count`) and writing the last member's output once."""
     work = [n for n in nodes if n.unit in ("vector", "move")]
-    ops = tuple(n.npu.vector_op or "copy" for n in work)
+    ops = tuple(o for n in work for o in (n.npu.vector_ops or ("copy",)))
     last = work[-1]
     out = last.outputs[0] if last.outputs else None
     inp = graph.info(work[0].inputs[0]) if work[0].inputs else None
-    reads_more = inp is not None and work[0].op in REDUCING
+    reads_more = inp is not None and work[0].npu.sized_by_input
     numel = max(out.numel if out else 1, inp.numel if reads_more else 0, 1)
     row_len = None
-    if any(VECTOR_OPS[o].row_wise for o in ops):
-        shape = inp.shape if inp is not None else (numel,)
-        row_len = shape[-1] if shape and shape[-1] and numel % shape[-1] == 0 else numel
+    row_node = next((n for n in work if any(VECTOR_OPS[o].row_wise for o in n.npu.vector_ops)), None)
+    if row_node is not None:
+        row_len = _rows(graph, row_node, numel)
+    if len(work) == 1 and work[0].npu.reads is not None:
+        inputs = work[0].npu.reads
+    else:
+        infos = [graph.info(i) for i in streamed_inputs(graph, work, numel)]
+        inputs = stream_count([i.numel for i in infos], numel)
     names = "+".join(dict.fromkeys(n.npu.name for n in work))
-    return VectorKernel(names, ops, numel, dtype, compute_dtype, len(streamed_inputs(graph, work, numel)), row_len)
+    return vector_spec(names, ops, numel, dtype, compute_dtype, inputs, row_len)
 
 
 def primitive_kernels(node: Node, prims: list[str], dtype: str, compute_dtype: str) -> Decomposed:
@@ -186,21 +249,57 @@ def host_kernel(graph: Graph, node: Node) -> HostKernel:
                       sum(o.nbytes for o in node.outputs))
 
 
-def lower(graph: Graph, node: Node, chip: Chip, precision: str) -> KernelSpec | None:
-    """The spec of ``node`` run as its own kernel on ``chip`` at ``precision`` (None for a view)."""
-    unit = node.unit
+def gemm_operands(graph: Graph, node: Node) -> list[int]:
+    """Element counts of a Cube node's two operands (an addmm's come after its bias)."""
+    names = node.inputs[1:3] if node.op == "addmm" else node.inputs[:2]
+    infos = [graph.info(i) for i in names]
+    return [i.numel for i in infos if i is not None]
+
+
+def cast_kernel(numel: int, what: str) -> VectorKernel:
+    """An AMP cast of ``numel`` elements (read and written as fp32 for the cost: the wider side)."""
+    return VectorKernel(f"Cast({what})", ("cast",), max(1, numel), "fp32", "fp32", 1)
+
+
+def with_casts(specs: list[KernelSpec], precision: Precision, ins: list[int], out: int) -> list[KernelSpec]:
+    """``specs`` of a Cube op, with apex O1's casts when the precision asks for them: its fp32
+    inputs (``ins`` elements each) cast to half before it, its output (``out`` elements) back to
+    fp32 after it."""
+    if not precision.casts_around_cube:
+        return specs
+    pre = [cast_kernel(n, "to half") for n in ins if n]
+    return pre + specs + ([cast_kernel(out, "to fp32")] if out else [])
+
+
+def lower_all(graph: Graph, node: Node, chip: Chip, precision: str | Precision) -> list[KernelSpec]:
+    """Every kernel spec ``node`` runs as on its own on ``chip`` at ``precision``, by its table entry
+    (``node.npu``): none for a view or bookkeeping, the host fallback for an op the table does not
+    know, the entry's own rule, else the rule of its unit."""
+    entry = node.npu
+    unit = entry.unit if entry is not None else None
     if unit in (None, "free"):
-        return None
+        return []
     if unit == "cpu":
-        return host_kernel(graph, node)
-    if node.npu.custom is not None:
-        return node.npu.custom(graph, node, chip, precision)
+        return [host_kernel(graph, node)]
+    p = as_precision(chip, precision)
+    if entry.lower is not None:
+        made = entry.lower(graph, node, chip, p)
+        return list(made) if isinstance(made, (list, tuple)) else [made]
     if unit == "cube":
-        return cube_kernel(graph, node, chip, precision)
+        out = node.outputs[0].numel if node.outputs else 0
+        return with_casts([cube_kernel(graph, node, chip, p)], p, gemm_operands(graph, node), out)
     if unit == "composite":
-        return attention_kernel(graph, node, chip, precision)
-    _, vdt = storage_dtypes(chip, precision)
-    return vector_kernel(graph, [node], vdt, vdt)
+        return [attention_kernel(graph, node, chip, p)]
+    return [vector_kernel(graph, [node], p.vector, p.stats if entry.fp32 else p.vector)]
+
+
+def lower(graph: Graph, node: Node, chip: Chip, precision: str | Precision) -> KernelSpec | None:
+    """The spec of ``node`` run as its own kernel (None for a view): `lower_all`'s one spec, or a
+    `Decomposed` of them when the op runs as several CANN kernels."""
+    specs = lower_all(graph, node, chip, precision)
+    if not specs:
+        return None
+    return specs[0] if len(specs) == 1 else Decomposed(node.npu.name, tuple(specs))
 
 
 def with_epilogue(spec: CubeKernel, caps: CoreCapabilities, **stages) -> CubeKernel:
@@ -257,5 +356,7 @@ def kernels_of(graph: Graph) -> list[Kernel]:
     return out
 
 
-__all__ = ["CONVS", "INT8_LAYERS", "attention_kernel", "cube_kernel", "gemm_dims", "host_kernel", "kernels_of",
-           "lower", "primitive_kernels", "storage_dtypes", "streamed_inputs", "vector_kernel", "with_epilogue"]
+__all__ = ["CONVS", "INT8_LAYERS", "MAX_ROW", "attention_kernel", "cast_kernel", "cube_kernel", "flat_reduction", "gemm_dims",
+           "gemm_operands", "host_kernel", "kernels_of", "lower", "lower_all", "primitive_kernels", "split_row",
+           "storage_dtypes", "stream_count", "streamed_inputs", "vector_kernel", "vector_spec", "with_casts",
+           "with_epilogue"]

@@ -2,11 +2,15 @@
 
 Each element-wise Vector kernel reads its inputs from GM into the Unified Buffer and writes its
 result back; a chain ``add -> mul -> relu -> exp`` fused into one kernel keeps the intermediates
-in UB and writes once. A chain grows from a producer to its single consumer while both are
-element-wise Vector nodes (by their catalogue kernel, ``node.npu.vector_op``) not yet in a group;
-views (unit "free") in between are stepped over and join the group. Reductions, norms, softmax,
-pooling and gathers end a chain. Members get ``node.group`` = the first node's name and
-``node.fused_by`` = this pass's name; the first node's spec becomes the one Vector kernel.
+in UB and writes once. The chains are found by the Vector fusion mechanism every front end uses
+(`pypto_lab.lowering.fusion`, with its element-wise rule): nodes in graph order, an element-wise
+Vector node joining the open chain when it reads what the chain produces or reads; reductions,
+norms, softmax, pooling and gathers are not members (norms have their own fusion passes). A
+member whose result is also read outside the chain is written to GM by the fused kernel. Members
+get ``node.group`` = the first member's name and ``node.fused_by`` = this pass's name; the first
+member's spec becomes the one Vector kernel; the views between members that only the chain reads
+join the group. The chain's nodes (and the views and bookkeeping between them that read it) move
+to where its last member was, so the fused kernel runs after everything it reads.
 
 A composite left decomposed into primitives (a GELU no Cube kernel took into its epilogue) is
 one fused CANN kernel again at this level (`Gelu`): one GM round trip instead of five.
@@ -17,81 +21,130 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..capture.catalogue import aten_name
 from ..capture.graph import Graph, Node
-from ..kernels.ir import Decomposed
+from ..kernels.ir import Decomposed, VectorKernel
+from ..lowering.fusion import ELEMENTWISE, ELEMENTWISE_VECTOR_OPS, fuse_vector_chains, written_members
 from ..lowering.lower import vector_kernel
-from .base import Pass, PassContext, PassResult, register
+from ..lowering.table import BOOKKEEPING
+from .base import Pass, PassContext, PassResult, describe, register
 
-# Vector kernels (`pypto_lab.hw.kernels.VECTOR_OPS`) that work element by element
-ELEMENTWISE_VECTOR_OPS = frozenset({"add", "sub", "mul", "div", "relu", "exp", "sqrt", "rsqrt", "cast", "gelu",
-                                    "add_relu"})
-# catalogue entries costed with an element-wise kernel that are not element-wise themselves
-NOT_ELEMENTWISE = frozenset({"embedding", "index_select", "gather"})
+OUTPUT = "<graph output>"   # the reader of a graph's outputs
 
 
-def is_elementwise(node: Node) -> bool:
-    return (node.unit == "vector" and node.npu.vector_op in ELEMENTWISE_VECTOR_OPS
-            and aten_name(node.target) not in NOT_ELEMENTWISE)
+def _is_view(node: Node) -> bool:
+    return node.unit == "free" and node.npu is not BOOKKEEPING
 
+
+class GraphChains:
+    """A captured `Graph` as the fusion mechanism sees it (`pypto_lab.lowering.fusion.ChainGraph`):
+    tensors by name, views resolved to the tensor they alias."""
+
+    def __init__(self, graph: Graph):
+        self.producers = graph.producers()
+        self.users = graph.users()
+        self.outputs = set(graph.outputs)
+        self.sizes = {k: v.info.numel for k, v in graph.values.items() if v.info is not None}
+        self.sizes.update({n.name: n.outputs[0].numel for n in graph.nodes if n.outputs})
+
+    def base(self, name: str) -> str:
+        """The tensor ``name`` aliases, through views."""
+        node = self.producers.get(name)
+        while node is not None and _is_view(node) and node.inputs:
+            name = node.inputs[0]
+            node = self.producers.get(name)
+        return name
+
+    def value(self, node: Node) -> str:
+        return node.name
+
+    def reads(self, node: Node) -> set[str]:
+        return {self.base(i) for i in node.inputs}
+
+    def readers(self, value: str) -> set[str]:
+        out: set[str] = set()
+        todo = [value]
+        while todo:
+            name = todo.pop()
+            if name in self.outputs:
+                out.add(OUTPUT)
+            for u in self.users.get(name, ()):
+                if _is_view(u):
+                    todo.append(u.name)
+                else:
+                    out.add(u.name)
+        return out
+
+    def numel(self, value: str) -> int:
+        return self.sizes.get(value, 0)
+
+
+def _elementwise_entry(node: Node) -> bool:
+    return node.npu is not None and bool(node.npu.vector_ops) and all(
+        o in ELEMENTWISE_VECTOR_OPS for o in node.npu.vector_ops)
 
 
 @register
 @dataclass(frozen=True)
 class FuseElementwise(Pass):
-    """Chains of single-use element-wise Vector nodes become one Vector kernel each."""
+    """Chains of element-wise Vector nodes become one Vector kernel each."""
 
     name: ClassVar[str] = "fuse_elementwise"
     fusion: ClassVar[str] = "elementwise"
     requires: ClassVar[tuple[str, ...]] = ("map_ops",)
 
     def apply(self, graph: Graph, ctx: PassContext) -> PassResult:
-        users: dict[str, list[Node]] = {}
-        for k, v in graph.users().items():
-            users[k] = list({n.name: n for n in v}.values())
-        outputs = set(graph.outputs)
+        view = GraphChains(graph)
+        items, lone = [], {}
+        for node in graph.nodes:
+            if node.unit == "free":
+                continue
+            spec = node.kernel
+            if node.group is None and node.unit == "vector" and isinstance(spec, Decomposed) \
+                    and _elementwise_entry(node):   # a decomposed composite: its one fused kernel, to join or restore
+                spec = lone[node.name] = vector_kernel(graph, [node], *spec.dtypes)
+            if node.group is not None or node.unit != "vector" or not isinstance(spec, VectorKernel):
+                items.append((node, [], False))   # not a member; closes a chain it reads
+                continue
+            items.append((node, [spec], False))
         notes = []
         chains = fused_nodes = restored = 0
-        for head in list(graph.nodes):
-            if not is_elementwise(head) or head.group is not None:
-                continue
-            chain, views, cur = [head], [], head
-            while True:
-                readers = users.get(cur.name, [])
-                if len(readers) != 1 or cur.name in outputs:
-                    if len(readers) > 1 and any(is_elementwise(r) for r in readers):
-                        notes.append(self.note(cur, f"output also read by {', '.join(r.name for r in readers)}; "
-                                                    f"the chain from {head.name} ends here"))
-                    break
-                nxt = readers[0]
-                if nxt.group is not None:
-                    break
-                if nxt.unit == "free":
-                    views.append(nxt)
-                elif is_elementwise(nxt):
-                    chain += views + [nxt]
-                    views = []
-                else:
-                    break
-                cur = nxt
-            if sum(n.unit != "free" for n in chain) < 2:
-                if isinstance(head.kernel, Decomposed):  # a lone composite: its fused CANN kernel
-                    head.kernel = vector_kernel(graph, [head], *head.kernel.dtypes)
-                    head.fused_by = self.name
+        order = {n.name: i for i, n in enumerate(graph.nodes)}
+        moves: list[tuple[Node, list[Node]]] = []
+        for members, specs in fuse_vector_chains(items, view, ELEMENTWISE):
+            if len(members) == 1:
+                node = members[0]
+                if node.name in lone:
+                    node.kernel, node.fused_by = lone[node.name], self.name
                     restored += 1
                 continue
-            dtype, compute = head.kernel.dtypes
-            for n in chain:
-                n.group = head.name
-                n.fused_by = self.name
-                n.kernel = None
-            head.kernel = vector_kernel(graph, chain, dtype, compute)
+            head, last = members[0], members[-1]
+            span = graph.nodes[order[head.name]:order[last.name] + 1]
+            values = {m.name for m in members}
+            block = set(values)   # the members, and the kernel-less nodes between them that read the chain
+            for n in span:
+                if n.unit == "free" and any(i in block for i in n.inputs):
+                    block.add(n.name)
+            internal = [v for v in span if v.name in block and _is_view(v) and view.readers(v.name) <= values]
+            for m in written_members(members, view):
+                if m is not last:
+                    outside = sorted(view.readers(m.name) - values)
+                    notes.append(self.note(m, f"output also read by {', '.join(outside)}: the fused kernel from "
+                                              f"{describe(head)} writes it"))
+            for n in members + internal:
+                n.group, n.fused_by, n.kernel = head.name, self.name, None
+            head.kernel = specs[0]
+            moves.append((last, [n for n in span if n.name in block]))
             chains += 1
-            fused_nodes += len(chain)
+            fused_nodes += len(members) + len(internal)
+        for last, block in moves:   # the fused kernel runs where its last member ran
+            moved = {n.name for n in block}
+            rest = [n for n in graph.nodes if n.name not in moved or n is last]
+            at = next(i for i, n in enumerate(rest) if n is last)
+            graph.nodes[:] = rest[:at] + block + rest[at + 1:]
         summary = f"fused {chains} element-wise chains ({fused_nodes} nodes)"
         if restored:
             summary += f"; {restored} lone composites (GELU) run as one kernel again"
         return PassResult(graph, modified=chains + restored > 0, summary=summary, notes=tuple(notes))
 
 
-__all__ = ["ELEMENTWISE_VECTOR_OPS", "FuseElementwise", "is_elementwise"]
+__all__ = ["ELEMENTWISE_VECTOR_OPS", "FuseElementwise", "GraphChains"]

@@ -50,7 +50,7 @@ from .base import Pass, PassContext, PassResult, register
 from .fold_batchnorm import CONVS
 
 TRANSDATA = "pypto.transdata"
-TRANSDATA_OP = NpuOp("TransData", "move", "copy")
+TRANSDATA_OP = NpuOp("TransData", "move", ("copy",))
 
 MATMUL_OPS = frozenset({"linear", "addmm", "mm", "matmul", "bmm", "baddbmm", "einsum"})
 # Vector ops that need ND (they work along the last axis or gather rows)

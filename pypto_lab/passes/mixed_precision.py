@@ -11,16 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from ..capture.catalogue import aten_name
 from ..capture.graph import Graph
 from ..kernels.ir import Decomposed, VectorKernel
+from ..lowering.table import TABLE
 from .base import Pass, PassContext, PassResult, register
 
-# ATen ops whose arithmetic stays in fp32 under mixed precision (softmax, norms, reductions)
-FP32_KEPT = frozenset({
-    "softmax", "_softmax", "log_softmax", "layer_norm", "native_layer_norm", "group_norm", "batch_norm",
-    "_native_batch_norm_legit_no_training", "sum", "mean", "var", "norm", "cumsum", "prod",
-})
+# ATen ops whose arithmetic stays in fp32 under mixed precision (softmax, norms, reductions and
+# their gradients): the entries the lowering table marks ``fp32``
+FP32_KEPT = frozenset(name for name, entry in TABLE.items() if entry.fp32 and "." not in name)
 
 
 def keep_fp32(spec):
@@ -46,9 +44,9 @@ class MixedPrecision(Pass):
         producers = graph.producers()
         kept: dict[str, int] = {}
         for node in graph.nodes:
-            op = aten_name(node.target)
-            if op not in FP32_KEPT or node.unit not in ("vector", "move"):
+            if node.npu is None or not node.npu.fp32 or node.unit not in ("vector", "move"):
                 continue
+            op = node.op
             anchor = producers[node.anchor]
             before = anchor.kernel
             anchor.kernel = keep_fp32(before)

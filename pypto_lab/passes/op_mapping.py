@@ -1,9 +1,10 @@
-"""Op mapping: give every ATen node its NPU operator and unit from the catalogue
-(`pypto_lab.capture.catalogue`) and the spec of the kernel it runs as on its own
-(`pypto_lab.kernels.lower`): what an untuned, unfused framework would launch.
+"""Op mapping: give every ATen node its entry of the lowering table (`pypto_lab.lowering.table`:
+NPU operator, unit, sizing rule) and the spec of the kernel it runs as on its own
+(`pypto_lab.lowering.lower`): what an untuned, unfused framework would launch.
 
-A node the catalogue does not know falls back to the CPU lane (unit "cpu", a `HostKernel` that
-pays the host<->device copies): it is listed in the report and never stops the pipeline.
+A node the table does not know falls back to the host (unit "cpu", a `HostKernel` that pays the
+host<->device copies: the table's one fallback rule): it is listed in the report and never
+stops the pipeline.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..capture.catalogue import CPU, lookup
 from ..capture.graph import Graph
 from ..lowering.lower import lower
+from ..lowering.table import entry_of
 from .base import Pass, PassContext, PassResult, register
 
 
@@ -25,11 +26,10 @@ class MapOps(Pass):
     def apply(self, graph: Graph, ctx: PassContext) -> PassResult:
         notes = []
         for node in graph.nodes:
-            entry = lookup(node.target)
-            if entry is None:
-                entry = CPU
-                notes.append(self.note(node, f"{node.target} is not in the catalogue: it falls back to the CPU lane"))
-            node.npu = entry
+            node.npu, known = entry_of(graph, node)
+            if not known:
+                notes.append(self.note(node, f"{node.target} is not in the lowering table: it falls back to the "
+                                             "CPU lane (the host, paying the copies)"))
             node.kernel = lower(graph, node, ctx.chip, ctx.precision)
         mapped = sum(n.unit != "cpu" for n in graph.nodes)
         return PassResult(graph, True, f"{mapped} of {len(graph.nodes)} nodes mapped to NPU operators, "

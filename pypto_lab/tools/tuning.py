@@ -6,9 +6,10 @@ For each distinct Cube kernel (chip, batch, M x K x N, dtype, epilogue) the sear
 1. enumerates the legal tilings ``m[m_l0, m_l1] k[k_l0, k_l1] n[n_l0, n_l1]`` and scores each
    with the hardware model's screening estimate (`pypto_lab.hw.tile_search.screen_space`, which
    says what the space holds and how the estimate works; level "fast" keeps powers of two only);
-2. simulates the best-screened candidates with the event simulator (`simulate_matmul`, through
-   the same `cost_kernel` the report uses) and keeps one only when the simulator says it beats
-   the kernel's current tiling ("default_us"), so a tuned kernel is never slower.
+2. simulates the best-screened candidates with the event simulator through the tile search every
+   caller shares (`pypto_lab.kernels.tile_search.search_tiling`: the Cube coster the report uses)
+   and keeps one only when the simulator says it beats the kernel's current tiling
+   ("default_us"), so a tuned kernel is never slower.
 
 ``tune_config``: ``level`` "fast" (power-of-two space, 4 simulations), "normal" (full space, 16)
 or "exhaustive" (full space, up to ``num_trials``); ``num_trials`` caps the simulations per
@@ -46,9 +47,9 @@ from tqdm.auto import tqdm
 from ..compiler.optimize import LAST_OPTIMIZED, OptimizedModel, recost
 from ..files.atomic import write_json_atomic
 from ..hw.tile_search import Screen, best_screened, screen_space
-from ..hw.tiling import CubeTile, TilingError, plan_cube
-from ..kernels.cost import cost
+from ..hw.tiling import CubeTile
 from ..kernels.ir import CubeKernel
+from ..kernels.tile_search import search_tiling
 
 LEVELS = {"fast": (4, 3), "normal": (16, 6), "exhaustive": (None, 24)}  # (simulations, patience)
 CONFIG_KEYS = ("level", "num_trials", "early_stop", "seed", "progress", "patience")
@@ -289,28 +290,12 @@ def auto_tune(optimized, tune_config: dict | None = None, cache_path: str | os.P
                 row = TuneRow(name, float(hit["default_us"]), float(hit["tuned_us"]), tile,
                               int(hit.get("candidates", 0)), 0, True, len(members))
             else:
-                default_us = best_us = cost(spec, chip).time_us
-                best = None
                 scr = screen_space(chip, spec.m, spec.k, spec.n, spec.dtype, spec.batch, _screen_epilogue(spec),
                                    spec.out_dtype, full=cfg["level"] != "fast")
                 screened += scr.count
-                trials = stale = 0
-                for i in _verify_order(scr, budget, cfg["seed"]):
-                    tile = scr.tile(i)
-                    if tile == spec.tile:
-                        continue
-                    try:
-                        plan_cube(chip, tile, spec.dtype, spec.m, spec.k, spec.n, True, spec.epilogue)
-                    except TilingError:
-                        continue
-                    t = cost(replace(spec, tile=tile), chip).time_us
-                    trials += 1
-                    if t < best_us * (1 - 1e-9):
-                        best, best_us, stale = tile, t, 0
-                    else:
-                        stale += 1
-                    if cfg["early_stop"] and stale >= patience:
-                        break
+                found = search_tiling(spec, chip, (scr.tile(i) for i in _verify_order(scr, budget, cfg["seed"])),
+                                      patience if cfg["early_stop"] else None)
+                best, default_us, best_us, trials = found.tile, found.default.time_us, found.best.time_us, found.trials
                 sims += trials
                 row = TuneRow(name, default_us, best_us, best, scr.count, trials, False, len(members))
                 cache[key] = {"tile": best.to_dict() if best else None, "default_us": default_us,

@@ -5,7 +5,7 @@
 
 from ..llm.memory import HBMCapacityError
 from .capture import StepGraph, TrainCaptureError, capture_step
-from .kernels import Policy, policy_of
+from .policy import Policy, policy_of
 from .step import TrainConfigError, TrainReport, simulate_step
 
 __all__ = ["HBMCapacityError", "Policy", "StepGraph", "TrainCaptureError", "TrainConfigError", "TrainReport",

@@ -16,6 +16,7 @@ adds its kernels.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -413,6 +414,45 @@ class _CausalLMLoss(nn.Module):
         return (-logp.gather(-1, labels[:, 1:, None]).mean(),)
 
 
+def trains_as_causal_lm(model: nn.Module) -> bool:
+    """A transformers causal language model (``*ForCausalLM``, ``*LMHeadModel``): its forward takes
+    ``input_ids`` and, given ``labels``, returns the next-token loss."""
+    name = type(model).__name__
+    return getattr(model, "config", None) is not None and (name.endswith("ForCausalLM") or name.endswith("LMHeadModel"))
+
+
+def causal_lm_batch(model: nn.Module, example_batch) -> dict[str, torch.Tensor]:
+    """A causal LM's batch as its ``forward`` takes it, as a dict with labels: an ``input_ids``
+    tensor, a tuple bound to ``forward``'s parameters in order (``(input_ids, attention_mask)``),
+    or a dict. Without ``labels`` the labels are the inputs (transformers shifts them by one
+    position inside the model: ``labels=input_ids`` is the next-token loss)."""
+    rule = ("a causal LM's training batch is what its forward takes: a (batch, sequence) tensor of token ids, a "
+            "tuple (input_ids, attention_mask, ...) or a dict with 'input_ids' (and optionally 'labels')")
+    if isinstance(example_batch, torch.Tensor):
+        batch = {"input_ids": example_batch}
+    elif isinstance(example_batch, (tuple, list)):
+        names = [p.name for p in inspect.signature(model.forward).parameters.values()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if not example_batch or len(example_batch) > len(names):
+            raise TrainCaptureError(f"example_batch is a tuple of {len(example_batch)} values; {type(model).__name__}"
+                                    f".forward takes {len(names)} positionally ({', '.join(names[:4])}, ...). Rule: "
+                                    f"{rule}. Fix: pass input_ids alone, or (input_ids, attention_mask)")
+        batch = dict(zip(names, example_batch))
+    elif isinstance(example_batch, dict):
+        batch = dict(example_batch)
+    else:
+        raise TrainCaptureError(f"example_batch of type {type(example_batch).__name__}. Rule: {rule}. Fix: "
+                                "torch.randint(0, vocab_size, (batch, seq))")
+    ids = batch.get("input_ids")
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype.is_floating_point:
+        what = (f"a {tuple(ids.shape)} {ids.dtype} tensor" if isinstance(ids, torch.Tensor)
+                else ("missing" if ids is None else type(ids).__name__))
+        raise TrainCaptureError(f"input_ids is {what}. Rule: {rule}; the token ids are an integer (batch, sequence) "
+                                "tensor. Fix: torch.randint(0, vocab_size, (batch, seq))")
+    batch.setdefault("labels", ids)
+    return batch
+
+
 def capture_causal_lm(model: nn.Module, example_batch) -> StepGraph:
     """The training step of a transformers causal LM (typically built on the meta device from a
     config): ``example_batch`` is a dict with ``input_ids`` (and ``labels``, default the inputs)."""
@@ -450,6 +490,35 @@ def capture_causal_lm(model: nn.Module, example_batch) -> StepGraph:
             config.use_cache = use_cache
     notes: list[str] = []
     return _drop_aliases(_step_graph(gm, sig, notes), aliases, notes)
+
+
+class JointChains:
+    """A step's joint graph as the Vector fusion mechanism sees it
+    (`pypto_lab.lowering.fusion.ChainGraph`): a tensor is the node that makes it, a view is the
+    tensor it aliases (`StepGraph.base`), and the graph's output node reads what the step returns
+    (the gradients)."""
+
+    def __init__(self, step: StepGraph):
+        self.base = step.base
+        self.consumers: dict[torch.fx.Node, set[torch.fx.Node]] = {}
+        for n in step.gm.graph.nodes:
+            if self.base.get(n, n) is not n:   # a view: its readers are counted against the base
+                continue
+            for a in n.all_input_nodes:
+                self.consumers.setdefault(self.base.get(a, a), set()).add(n)
+
+    def value(self, node: torch.fx.Node) -> torch.fx.Node:
+        return node
+
+    def reads(self, node: torch.fx.Node) -> set[torch.fx.Node]:
+        return {self.base.get(a, a) for a in node.all_input_nodes}
+
+    def readers(self, value: torch.fx.Node) -> set[torch.fx.Node]:
+        return self.consumers.get(value, set())
+
+    def numel(self, value: torch.fx.Node) -> int:
+        t = tensor_of(value)
+        return 0 if t is None else int(t.numel())
 
 
 def block_names(params: list[str]) -> dict[str, str | None]:

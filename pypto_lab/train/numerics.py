@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from .capture import StepGraph, capture_step
-from .kernels import Policy, policy_of
+from .policy import Policy, policy_of
 
 CUBE_OPS = {"aten.convolution.default", "aten.convolution_backward.default", "aten.mm.default",
             "aten.addmm.default", "aten.bmm.default"}

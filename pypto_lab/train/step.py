@@ -1,9 +1,13 @@
 """One training step on simulated Ascend cards: `simulate_step` and its `TrainReport`.
 
 The step is the captured joint graph (`pypto_lab.train.capture`): its forward and backward nodes
-become NPU kernels (`pypto_lab.train.kernels`) costed by the chip model like inference kernels
-(Cube kernels take the fastest of the level-3 tiling search's candidates), run one after another
-on the AI cores. Then:
+become NPU kernels through the lowering table every front end uses (`pypto_lab.lowering.table`,
+under the step's AMP `Policy`), costed by the chip model like inference kernels (Cube kernels
+take the fastest tiling of the tile search's level-3 candidates, `pypto_lab.kernels.tile_search`),
+run one after another on the AI cores; an op the table does not know runs on the host (its
+fallback) and is listed in ``unmapped_ops``. A stack that fuses element-wise work runs chains of
+Vector kernels as one (`pypto_lab.lowering.fusion`, the mechanism ``fuse_elementwise`` uses).
+Then:
 
 * **Optimizer**: one fused Vector kernel over all parameters (SGD with momentum, Adam or AdamW as
   CANN's ApplyMomentum / ApplyAdamW fused operators do), in fp32 on the fp32 master weights under
@@ -41,13 +45,27 @@ from ..files.atomic import write_text_atomic
 from ..hw.chip import DEFAULT_CHIP, Chip, get_chip
 from ..kernels.cost import CostedKernel, KernelCost, cost
 from ..kernels.ir import AttentionKernel, CollectiveKernel, CubeKernel, Kernel, KernelSpec, VectorKernel
+from ..kernels.tile_search import candidate_tilings, search_tiling
 from ..llm.engine import default_topology
 from ..llm.memory import HBMCapacityError
 from ..llm.validation import check_config, is_count
+from ..lowering.fusion import VECTOR_CHAINS, fuse_vector_chains
+from ..lowering.lower import flat_reduction
+from ..lowering.table import lower_fx_node
 from ..stack import DEFAULT_LLM_TRAIN_STACK, DEFAULT_TRAIN_STACK, Stack, StackConfigError, Stream, get_stack
-from .capture import StepGraph, block_names, capture_causal_lm, capture_step, forward_blocks, tensor_of
-from .fusion import consumers_of, fuse_vector_chains
-from .kernels import BYTES, Policy, fake_quant_kernels, flat_reduction, kernels_of, policy_of
+from .capture import (
+    JointChains,
+    StepGraph,
+    block_names,
+    capture_causal_lm,
+    capture_step,
+    causal_lm_batch,
+    forward_blocks,
+    tensor_of,
+    trains_as_causal_lm,
+)
+from .policy import BYTES, Policy, policy_of
+from .qat import fake_quant_kernels
 
 OPTIMIZERS = {
     # name: (fp32 tensors read per parameter, written, the fused update's vector ops, optimizer state)
@@ -106,7 +124,7 @@ class TrainReport:
     tp: int = 1
     tp_comm_ms: float = 0.0         # tensor-parallel all-reduces, on the critical path
     topology: str = ""              # the server topology preset the cards sit in ("" for one card)
-    fuse_vector: bool = False       # chains of Vector kernels run fused (`pypto_lab.train.fusion`)
+    fuse_vector: bool = False       # chains of Vector kernels run fused (`pypto_lab.lowering.fusion`)
     mc2: bool = False               # tensor-parallel collectives fused with their GEMMs (MC2)
     data_wait_ms: float = 0.0       # the NPU idle, waiting for the loader
     stack: str = ""                 # the software stack the step ran under (`pypto_lab.stack`)
@@ -209,27 +227,25 @@ def _captured(model: nn.Module, example_batch, loss_fn, causal: bool) -> StepGra
 
 
 def _tuned(spec: KernelSpec, chip: Chip) -> KernelCost:
-    """A kernel's cost: Cube kernels with the fastest tiling of the level-3 search's candidates."""
+    """A kernel's cost: Cube kernels with the fastest tiling of the tile search's level-3 candidates
+    (what ``optimize`` at level 3 runs; CANN's training operators are tuned too)."""
     if isinstance(spec, CubeKernel):
-        return _best_cube(spec, chip)
+        key = (id(chip), spec)
+        if key not in _TUNED:
+            _TUNED[key] = search_tiling(spec, chip, candidate_tilings(chip, spec)).best
+        return _TUNED[key]
     return cost(spec, chip)
 
 
 _TUNED: dict[tuple[int, CubeKernel], KernelCost] = {}
 
 
-def _best_cube(spec: CubeKernel, chip: Chip) -> KernelCost:
-    from ..passes.tune_tiling import TuneTiling
-
-    key = (id(chip), spec)
-    if key not in _TUNED:
-        best = cost(spec, chip)
-        for tile in TuneTiling().choices(chip, spec):
-            c = cost(CubeKernel(**{**spec.__dict__, "tile": tile}), chip)
-            if c.time_us < best.time_us:
-                best = c
-        _TUNED[key] = best
-    return _TUNED[key]
+def lower_node(node: torch.fx.Node, chip: Chip, policy: Policy) -> tuple[list[KernelSpec], bool]:
+    """The kernel specs one joint-graph node runs as (the lowering table's, under ``policy``), and
+    whether the table knows its op (False: the host fallback). A scaled-dot-product attention op
+    runs fused (torch_npu's npu_fusion_attention)."""
+    specs, known = lower_fx_node(node, chip, policy.precision)
+    return [replace(s, flash=True) if isinstance(s, AttentionKernel) and not s.flash else s for s in specs], known
 
 
 # ---- the model argument ---------------------------------------------------------------------
@@ -302,9 +318,12 @@ def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", 
     """Cost one training step of ``model`` on ``example_batch`` (one card's micro-batch).
 
     ``model``: an ``nn.Module``, a ``DistributedDataParallel`` wrapper (its bucket size is used) or a
-    transformers config (a causal LM built on the meta device; the batch is a dict with labels).
+    transformers config (a causal LM built on the meta device).
     ``example_batch``: ``(inputs..., target)`` with ``loss_fn``, or a dict whose model output has
-    ``.loss``. ``cards``: all cards (default: the simulated world size of `pypto_lab.distributed`,
+    ``.loss``; for a causal LM (a config, or a transformers ``*ForCausalLM`` without ``loss_fn``)
+    what its ``forward`` takes: an ``input_ids`` tensor, a tuple ``(input_ids, attention_mask, ...)``
+    or a dict, the labels being the inputs when none are given (`causal_lm_batch`), trained on its
+    next-token loss (`capture_causal_lm`). ``cards``: all cards (default: the simulated world size of `pypto_lab.distributed`,
     else 1); ``tp``: tensor-parallel cards per model replica (transformer blocks split Megatron
     style), the rest data parallel. ``bucket_mb``: gradient bucket size (default: the DDP wrapper's,
     else DDP's 25 MB). ``loader``: a `pypto_lab.data.NPUDataLoader` whose measured feed time is set
@@ -316,7 +335,7 @@ def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", 
     and each all-reduce becomes a reduce-scatter and an all-gather (Megatron-LM's
     ``--sequence-parallel``). ``fuse_vector``: run each chain of Vector kernels (an RMSNorm's six
     ops, SwiGLU, a rotary embedding, their gradients) as one kernel, as MindSpeed's fused kernels
-    and graph-mode compilers do (`pypto_lab.train.fusion`); None means fused for a causal LM built
+    and graph-mode compilers do (`pypto_lab.lowering.fusion`); None means fused for a causal LM built
     from a transformers config (MindSpeed's ``--use-fused-rmsnorm --use-fused-swiglu
     --use-fused-rotary-pos-emb``) and one kernel per op otherwise (eager torch_npu). ``mc2`` (with
     ``tp > 1``): each tensor-parallel collective runs fused with the GEMM beside it, chunk by
@@ -365,7 +384,10 @@ def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", 
         stack = get_stack(stack if stack is not None else (DEFAULT_LLM_TRAIN_STACK if causal else DEFAULT_TRAIN_STACK))
     except StackConfigError as e:
         raise TrainConfigError(str(e)) from None
-    step = _captured(module, example_batch, loss_fn, causal)
+    lm = causal or (loss_fn is None and trains_as_causal_lm(module))   # trained on its next-token loss
+    if lm:
+        example_batch = causal_lm_batch(module, example_batch)
+    step = _captured(module, example_batch, loss_fn, lm)
     plan = _Plan(step=step, name=name, chip=chip, cards=cards, tp=tp, hidden=hidden, topology=topology,
                  policy=policy, precision=precision, optimizer=optimizer, grad_accum=grad_accum,
                  checkpoint=bool(checkpoint), bucket_mb=float(bucket),
@@ -426,7 +448,7 @@ class _Plan:
     stack: Stack = field(default_factory=lambda: get_stack(DEFAULT_TRAIN_STACK))
 
     def __post_init__(self):
-        self.consumers = consumers_of(self.step.gm.graph.nodes, self.step.base) if self.fuse_vector else {}
+        self.chains = JointChains(self.step) if self.fuse_vector else None
         self.blocks = forward_blocks(self.step) if (self.checkpoint or self.tp > 1) else {}
         self.param_blocks = block_names(list(self.step.params))
         self.act = {"fp32": 4, "fp16": 2, "bf16": 2}[self.policy.act_dtype]
@@ -651,7 +673,7 @@ class _Plan:
         def run(nodes, phase: str) -> None:
             items = []
             for node in nodes:
-                specs, mapped = kernels_of(node, policy)
+                specs, mapped = lower_node(node, chip, policy)
                 if not mapped:
                     unmapped[str(node.target)] = unmapped.get(str(node.target), 0) + 1
                 fused = self.flash_specs(node, specs, "backward" if phase == "backward" else "forward")
@@ -661,7 +683,7 @@ class _Plan:
                 if sharded:
                     specs = [self.shard(s) for s in specs]
                 items.append((node, specs, sharded))
-            units = (fuse_vector_chains(items, self.consumers, step.base, self.tp) if self.fuse_vector
+            units = (fuse_vector_chains(items, self.chains, VECTOR_CHAINS, self.tp) if self.fuse_vector
                      else [([node], specs) for node, specs, _ in items])
             if self.fuse_vector:
                 chains = [u for u in units if len(u[0]) > 1 and u[1]]
@@ -792,7 +814,8 @@ class _Plan:
                          f"{4 * n_blocks} all-reduces of the hidden state ({tp_comm_us / 1e3:.2f} ms on the critical "
                          "path" + (", the rest hidden under their matmuls by MC2" if self.mc2 else "") + ")")
         if unmapped:
-            notes.append("ops with no NPU kernel mapping, costed as a copy of their output: "
+            notes.append("ops not in the lowering table, run on the host CPU with their inputs and outputs "
+                         "copied over PCIe (pypto_lab.lowering.table's fallback): "
                          + ", ".join(f"{k} x{v}" for k, v in sorted(unmapped.items())))
         if buckets:
             notes.append(f"{len(buckets)} gradient buckets all-reduced during the backward over "

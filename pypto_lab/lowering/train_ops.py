@@ -1,0 +1,113 @@
+"""Lowering rules of the ops only a training step's graph holds (AOT autograd's joint graph, seen
+as `Node`s through `pypto_lab.capture.fx_node.op_graph`): training-mode BatchNorm and the backward
+ops, each split into the CANN training kernels that run it. The table (`pypto_lab.lowering.table`)
+names them; element-wise gradients, softmax gradients and the like need no rule of their own.
+
+* ``convolution_backward`` -> Conv2DBackpropInput (the input gradient: the output gradient
+  convolved with the flipped weights, M = N*H*W, K = C_out*kh*kw, N = C_in, its A read through
+  load3d) and Conv2DBackpropFilter (the weight gradient: M = C_out, K = N*Ho*Wo, N = C_in*kh*kw),
+  and a channel sum for the bias, each only when the graph asks for that gradient;
+* training BatchNorm -> BNTrainingReduce (per-channel sum and sum of squares) + BNTrainingUpdate
+  (normalise, scale, shift); its backward -> BNTrainingUpdateGrad (the two per-channel sums of
+  dy and dy*x_hat) + BNTrainingReduceGrad (the input gradient), as CANN splits them;
+* LayerNorm's backward -> LayerNormXBackprop + LayerNormBetaGammaBackprop;
+* FlashAttention's backward: five GEMMs against the forward's two (FlashAttention-2, Dao 2023,
+  Algorithm 2), costed as two and a half fused forward kernels.
+
+Statistics and their gradients compute in the precision's ``stats`` dtype (fp32 under AMP: apex
+keeps BatchNorm in fp32 at O2).
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+from ..capture.graph import Graph, Node
+from ..hw.chip import Chip
+from ..hw.kernels import Im2col
+from ..kernels.ir import AttentionKernel, CubeKernel, KernelSpec, VectorKernel
+from .lower import vector_spec, with_casts
+from .precision import Precision
+
+
+def _shape(graph: Graph, node: Node, i: int) -> tuple[int, ...]:
+    """The shape of the ``i``-th argument of ``node`` (a tensor's name in its captured arguments)."""
+    a = node.args[i] if i < len(node.args) else None
+    info = graph.info(a) if isinstance(a, str) and a in node.inputs else None
+    return info.shape if info is not None else ()
+
+
+def _stats(precision: Precision, op: str, ops: tuple[str, ...], numel: int, inputs: int,
+           row_len: int | None = None) -> VectorKernel:
+    return vector_spec(op, ops, numel, precision.vector, precision.stats, inputs, row_len)
+
+
+def _cube(op: str, batch: int, m: int, k: int, n: int, precision: Precision,
+          im2col: Im2col | None = None) -> CubeKernel:
+    return CubeKernel(op, max(1, batch), max(1, m), max(1, k), max(1, n), precision.cube, precision.cube_out,
+                      im2col=im2col)
+
+
+def convolution_backward(graph: Graph, node: Node, chip: Chip, precision: Precision) -> list[KernelSpec]:
+    dy, x, w = _shape(graph, node, 0), _shape(graph, node, 1), _shape(graph, node, 2)
+    groups = int(node.args[9])
+    mask = node.args[10]
+    n, _, h, wd = x
+    cout, cin_g, kh, kw = w
+    _, _, ho, wo = dy
+    specs: list[KernelSpec] = []
+    ins = [prod(dy)]
+    if mask[0]:   # dL/dx: the output gradient convolved with the flipped weights, read through load3d
+        specs.append(_cube("Conv2DBackpropInput", groups, n * h * wd, (cout // groups) * kh * kw, cin_g, precision,
+                           Im2col(w=wo, wo=wd, kh=kh, kw=kw, stride=1)))
+    if mask[1]:   # dL/dW: output gradient (C_out x N*Ho*Wo) times the input's im2col rows
+        specs.append(_cube("Conv2DBackpropFilter", groups, cout // groups, n * ho * wo, cin_g * kh * kw, precision))
+        ins.append(prod(x))
+    if len(mask) > 2 and mask[2]:
+        specs.append(vector_spec("BiasAddGrad", ("sum",), prod(dy), precision.vector, precision.vector, 1, ho * wo))
+    return with_casts(specs, precision, ins, prod(x) if mask[0] else 0)
+
+
+def _spatial(shape: tuple[int, ...]) -> int:
+    """Elements per channel of one sample (H*W of an NCHW tensor; 1 below three dimensions)."""
+    return prod(shape[2:]) if len(shape) > 2 else 1
+
+
+def batch_norm_training(graph: Graph, node: Node, chip: Chip, precision: Precision) -> list[KernelSpec]:
+    x = _shape(graph, node, 0)
+    return [_stats(precision, "BNTrainingReduce", ("mul", "sum"), prod(x), 1, _spatial(x)),
+            _stats(precision, "BNTrainingUpdate", ("batchnorm",), prod(x), 1)]
+
+
+def batch_norm_backward(graph: Graph, node: Node, chip: Chip, precision: Precision) -> list[KernelSpec]:
+    dy = _shape(graph, node, 0)
+    return [_stats(precision, "BNTrainingUpdateGrad", ("mul", "sum", "sum"), prod(dy), 2, _spatial(dy)),
+            _stats(precision, "BNTrainingReduceGrad", ("mul", "sub", "mul"), prod(dy), 2)]
+
+
+def layer_norm_backward(graph: Graph, node: Node, chip: Chip, precision: Precision) -> list[KernelSpec]:
+    dy = _shape(graph, node, 0)
+    row = dy[-1] if dy else 1
+    return [_stats(precision, "LayerNormXBackprop", ("layernorm", "mul"), prod(dy), 3, row),
+            _stats(precision, "LayerNormBetaGammaBackprop", ("mul", "add"), prod(dy), 2)]
+
+
+def scatter_add_rows(graph: Graph, node: Node, chip: Chip, precision: Precision) -> list[KernelSpec]:
+    """An embedding's gradient (or a scatter-add): the output gradient's rows added into the table's
+    rows (UnsortedSegmentSum), read and rewritten in the statistics dtype, over the rows it adds."""
+    return [_stats(precision, "UnsortedSegmentSum", ("add",), prod(_shape(graph, node, 0)), 2)]
+
+
+def flash_attention_backward(graph: Graph, node: Node, chip: Chip, precision: Precision) -> list[KernelSpec]:
+    """FlashAttention's backward recomputes the scores and runs five GEMMs to the forward's two
+    (FlashAttention-2, Dao 2023, Algorithm 2): costed as 2.5 forward kernels, rounded to the
+    kernel: two forward passes' worth plus half of one."""
+    q, k = _shape(graph, node, 1), _shape(graph, node, 2)
+    b, h, s_q, d = q
+    spec = AttentionKernel(batch_heads=b * h, s_q=s_q, s_k=k[2], d=d, dtype=precision.cube, flash=True)
+    half = AttentionKernel(batch_heads=max(1, b * h // 2), s_q=s_q, s_k=k[2], d=d, dtype=precision.cube, flash=True)
+    return [spec, spec, half]
+
+
+__all__ = ["batch_norm_backward", "batch_norm_training", "convolution_backward", "flash_attention_backward",
+           "layer_norm_backward", "scatter_add_rows"]

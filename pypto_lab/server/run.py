@@ -22,6 +22,7 @@ import asyncio
 import ipaddress
 import logging
 import socket
+import sys
 import threading
 import time
 from typing import Any
@@ -38,6 +39,10 @@ from .card import card_step_model
 from .metrics import Metrics
 
 LOOPBACK = "127.0.0.1"
+# The engine thread costs steps in pure Python while the event loop serves HTTP: with Python's
+# default GIL switch interval (5 ms) a request arriving during a costing waits up to that long per
+# turn before it is stamped. The server runs with this shorter one (restored when a TwinServer stops).
+SWITCH_INTERVAL_S = 0.0005
 
 
 def is_loopback(host: str) -> bool:
@@ -107,6 +112,7 @@ class TwinServer:
         self._server = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._switch: float | None = None
 
     @property
     def url(self) -> str:
@@ -137,6 +143,8 @@ class TwinServer:
             finally:
                 sock.close()
 
+        self._switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._switch, SWITCH_INTERVAL_S))
         self._thread = threading.Thread(target=run, name=f"pypto-lab-server:{self.port}", daemon=True)
         self._thread.start()
         end = time.monotonic() + timeout
@@ -160,6 +168,9 @@ class TwinServer:
         if self._thread is not None:
             self._thread.join(self.drain_timeout + 30.0)
         self.engine.stop(drain=drain, timeout=5.0)
+        if self._switch is not None:
+            sys.setswitchinterval(self._switch)
+            self._switch = None
 
     def __enter__(self) -> TwinServer:
         return self.start()
@@ -182,6 +193,7 @@ def serve_http(model, chip: str | Chip = DEFAULT_CHIP, cards: int = 1, *, host: 
     logger.setLevel(log_level.upper())
 
     app, twin = build_twin(model, chip, cards, drain_timeout=drain_timeout, **kwargs)
+    sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
     uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=drain_timeout,
                 access_log=False)
 

@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="llama-3-70b")
     ap.add_argument("--chip", default="Ascend910B1")
     ap.add_argument("--cards", type=int, default=4)
-    ap.add_argument("--time-scale", type=float, default=2.0, help="wall s per simulated s (default 2)")
+    ap.add_argument("--time-scale", type=float, default=4.0, help="wall s per simulated s (default 4)")
     ap.add_argument("--concurrency", type=int, default=16, help="closed loop: streams in flight (default 16)")
     ap.add_argument("--rate", type=float, default=4.0, help="Poisson: simulated requests/s (default 4)")
     ap.add_argument("--requests", type=int, default=64, help="requests per run (default 64)")

@@ -415,3 +415,15 @@ def test_cli_serve_http_answers_and_stops_cleanly_on_sigint():
     assert "127.0.0.1" in out and proc.returncode in (0, -signal.SIGINT), err[-2000:]
     assert "Traceback" not in err, err[-3000:]
     assert '"event": "request_finished"' in err and "Application shutdown complete" in err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--http", "99999"], ["--http 99999", "0-65535", "Fix"]),
+    (["--http", "0", "--time-scale", "0"], ["--time-scale 0.0", "positive", "Fix"]),
+])
+def test_cli_serve_http_refuses_a_bad_port_or_time_scale(argv, words, capsys):
+    from pypto_lab.cli import main
+
+    assert main(["serve", "qwen2-0.5b", *argv]) == 2
+    err = capsys.readouterr().err
+    assert all(w in err for w in words), err

@@ -49,7 +49,7 @@ def cmd_serve(args) -> int:
     rep = serve(args.model, chip=args.chip, requests=args.requests, rate=args.rate, seed=args.seed, cards=args.cards,
                 scheduler=args.scheduler, max_batched_tokens=args.max_batched_tokens, block_size=args.block_size,
                 precision=args.precision, kv_dtype=args.kv_dtype, stack=_stack(args), lengths=args.lengths,
-                progress=not args.quiet)
+                progress=not args.quiet, max_num_seqs=args.max_num_seqs)
     print(rep.summary())
     if args.json:
         write_json_atomic(args.json, rep.to_dict())
@@ -61,6 +61,11 @@ def _serve_http(args) -> int:
     """``serve --http PORT``: the OpenAI-compatible serving twin (`pypto_lab.server`) in the foreground."""
     from ..server.run import is_loopback, serve_http
 
+    if not 0 <= args.http <= 65535:
+        raise ValueError(f"--http {args.http}: a TCP port is 0-65535. Fix: e.g. --http 8000")
+    if not 0 < args.time_scale < math.inf:
+        raise ValueError(f"--time-scale {args.time_scale}: wall seconds per simulated second, a positive number. "
+                         "Fix: --time-scale 1 (the card's speed) or 0.1 (ten times faster)")
     if not is_loopback(args.host):
         print(f"pypto-lab: warning: --host {args.host} exposes an API without authentication beyond this machine; "
               "the default, 127.0.0.1, keeps it local", file=sys.stderr)
@@ -106,7 +111,7 @@ def add_llm_commands(sub) -> None:
     h.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     h.add_argument("--time-scale", type=float, default=1.0,
                    help="wall seconds per simulated second (default 1: the card's speed; 0.1: ten times faster)")
-    h.add_argument("--max-num-seqs", type=int, default=256, help="sequences one step may run (default 256)")
+    s.add_argument("--max-num-seqs", type=int, default=256, help="sequences one step may run (default 256)")
     h.add_argument("--max-waiting", type=int, default=1024,
                    help="requests waiting for admission before new ones get 429 (default 1024)")
     h.add_argument("--warmup", type=int, default=0, help="serve this many requests offline first, so typical steps "

@@ -45,7 +45,7 @@ import httpx, openai
 import matplotlib.pyplot as plt
 from prometheus_client.parser import text_string_to_metric_families
 from pypto_lab.server import TwinServer
-from pypto_lab.server.text import tokenizer_dir
+from pypto_lab.server.text import CORPUS, tokenizer_dir
 
 srv = TwinServer("llama-3-70b", chip="Ascend910B1", cards=4, time_scale=1.0).start()
 print(srv.base_url)
@@ -92,7 +92,7 @@ prefills of newcomers interleave with decodes, so both rise with load.
 """)
 
 code("""
-PROMPT = " ".join(open("../datasets/sentences/sentences.txt").read().split()[:200])
+PROMPT = " ".join(open(CORPUS).read().split()[:200])   # the project's own sentences
 
 async def closed_loop(concurrency, per_client=2, tokens=24):
     aclient = openai.AsyncOpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)

@@ -1,11 +1,12 @@
 """The command line's LLM and validation commands: ``pypto-lab llm`` (one batch: TTFT, TPOT,
-HBM), ``pypto-lab serve`` (a stream of requests under continuous batching) and ``pypto-lab
-validate`` (whole models against published Ascend throughput)."""
+HBM), ``pypto-lab serve`` (a stream of requests under continuous batching; with ``--http PORT``
+the OpenAI-compatible serving twin of `pypto_lab.server`) and ``pypto-lab validate`` (whole models against published Ascend throughput)."""
 
 from __future__ import annotations
 
 import argparse
 import math
+import sys
 
 from ..files.atomic import check_writable, write_json_atomic
 from ..hw.chip import DEFAULT_CHIP
@@ -57,15 +58,39 @@ def cmd_llm(args) -> int:
 
 
 def cmd_serve(args) -> int:
+    if args.http is not None:
+        return _serve_http(args)
     check_writable(args.json, "--json", "out/serve.json")
     rep = serve(args.model, chip=args.chip, requests=args.requests, rate=args.rate, seed=args.seed, cards=args.cards,
                 scheduler=args.scheduler, max_batched_tokens=args.max_batched_tokens, block_size=args.block_size,
                 precision=args.precision, kv_dtype=args.kv_dtype, stack=_stack(args), lengths=args.lengths,
-                progress=not args.quiet)
+                progress=not args.quiet, max_num_seqs=args.max_num_seqs)
     print(rep.summary())
     if args.json:
         write_json_atomic(args.json, rep.to_dict())
         print(f"wrote {args.json}")
+    return 0
+
+
+def _serve_http(args) -> int:
+    """``serve --http PORT``: the OpenAI-compatible serving twin (`pypto_lab.server`) in the foreground."""
+    from ..server.run import is_loopback, serve_http
+
+    if not 0 <= args.http <= 65535:
+        raise ValueError(f"--http {args.http}: a TCP port is 0-65535. Fix: e.g. --http 8000")
+    if not 0 < args.time_scale < math.inf:
+        raise ValueError(f"--time-scale {args.time_scale}: wall seconds per simulated second, a positive number. "
+                         "Fix: --time-scale 1 (the card's speed) or 0.1 (ten times faster)")
+    if not is_loopback(args.host):
+        print(f"pypto-lab: warning: --host {args.host} exposes an API without authentication beyond this machine; "
+              "the default, 127.0.0.1, keeps it local", file=sys.stderr)
+    print(f"serving {args.model} on {args.cards} x {args.chip} ({args.stack}) at http://{args.host}:{args.http}/v1, "
+          f"time scale {args.time_scale} (wall s per simulated s); metrics at /metrics", flush=True)
+    serve_http(args.model, args.chip, args.cards, host=args.host, port=args.http, stack=_stack(args),
+               precision=args.precision, kv_dtype=args.kv_dtype, time_scale=args.time_scale,
+               max_batched_tokens=args.max_batched_tokens, max_num_seqs=args.max_num_seqs,
+               block_size=args.block_size, max_waiting=args.max_waiting, seed=args.seed, warmup=args.warmup,
+               log_level=args.log_level)
     return 0
 
 
@@ -96,6 +121,18 @@ def add_llm_commands(sub) -> None:
     s.add_argument("--block-size", type=int, default=128)
     s.add_argument("--lengths", help="a CSV trace with columns prompt_tokens,output_tokens[,arrival_s]")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
+    h = s.add_argument_group("the serving twin (an OpenAI-compatible server on the simulated card)")
+    h.add_argument("--http", type=int, metavar="PORT", help="serve the OpenAI API on this port instead of simulating "
+                   "a request stream offline")
+    h.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    h.add_argument("--time-scale", type=float, default=1.0,
+                   help="wall seconds per simulated second (default 1: the card's speed; 0.1: ten times faster)")
+    s.add_argument("--max-num-seqs", type=int, default=256, help="sequences one step may run (default 256)")
+    h.add_argument("--max-waiting", type=int, default=1024,
+                   help="requests waiting for admission before new ones get 429 (default 1024)")
+    h.add_argument("--warmup", type=int, default=0, help="serve this many requests offline first, so typical steps "
+                   "are costed before a client waits on them (default 0)")
+    h.add_argument("--log-level", default="info", help="uvicorn's and the per-request logs' level (default info)")
     for q in (g, s):
         q.add_argument("--chip", default=DEFAULT_CHIP)
         q.add_argument("--cards", type=int, default=1)

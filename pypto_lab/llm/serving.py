@@ -375,153 +375,17 @@ class _Sim:
             raise AssertionError("a sequence holds more or fewer blocks than its cached tokens need")
 
     def run_continuous(self, max_tokens: int, max_seqs: int) -> None:
-        """The running sequences live in arrays of their own, in admission order, so a step of
-        decodes is a few vector operations; the per-request arrays are written when a sequence
-        leaves the running set (finished or preempted)."""
-        prompt, outlen, out, first, preempt, bs = self.prompt, self.outlen, self.out, self.first, self.preempt, self.bs
-        i64 = np.int64
-        ids = np.empty(0, i64)  # request id
-        c = np.empty(0, i64)  # tokens in its KV cache
-        gen = np.empty(0, i64)  # tokens generated so far
-        p = np.empty(0, i64)  # prompt tokens
-        L = np.empty(0, i64)  # output tokens asked for
-        b = np.empty(0, i64)  # KV blocks held
-        is_dec = np.empty(0, bool)  # decoding: its cache holds all its tokens but the last
-        n_dec = 0  # how many are
+        """Offline: arrivals come from the arrays, time jumps to the next arrival when nothing runs,
+        and `_Continuous.iterate` runs one engine step at a time until every request is served."""
+        batcher = _Continuous(self, max_tokens, max_seqs)
         arrival, n_req = self.arrival, self.n
-
-        def leave(v: int) -> None:  # preempt running position v (recompute mode); the caller truncates
-            i = int(ids[v])
-            self.free += int(b[v])
-            preempt[i] += 1
-            out[i] = gen[v]
-
         while self.done < n_req:
             if self.nxt < n_req and arrival[self.nxt] <= self.t:
                 self.arrive()
-            if ids.size == 0 and not self.waiting:
+            if batcher.ids.size == 0 and not self.waiting:
                 self.t = max(self.t, float(self.arrival[self.nxt]))
                 continue
-            budget = max_tokens
-            # 1. one token for every running sequence that is decoding
-            all_dec = n_dec == ids.size
-            if all_dec:  # the usual case: a prefix slice, no copies
-                dsel = slice(0, min(ids.size, budget))
-                nd = dsel.stop
-            else:
-                dsel = np.flatnonzero(is_dec)[:budget]
-                nd = dsel.size
-            if nd:
-                need = c[dsel] % bs == 0  # the paged invariant: a full last block needs a new one
-                total = int(np.count_nonzero(need))
-                if total <= self.free:
-                    b[dsel] += need
-                    self.free -= total
-                else:  # short of blocks: in running order, preempting from the tail
-                    positions = np.arange(nd) if isinstance(dsel, slice) else dsel
-                    j = ids.size
-                    kept: list[int] = []
-                    gone: list[int] = []
-                    for q in positions.tolist():
-                        if q >= j:
-                            break
-                        nq = 1 if c[q] % bs == 0 else 0
-                        while nq > self.free and j > q:
-                            j -= 1
-                            leave(j)
-                            gone.append(int(ids[j]))
-                        if q >= j:
-                            break
-                        b[q] += nq
-                        self.free -= nq
-                        kept.append(q)
-                    for i in gone:  # the last one preempted (earliest admitted) ends at the head
-                        self.waiting.appendleft(i)
-                    ids, c, gen, p, L, b, is_dec = ids[:j], c[:j], gen[:j], p[:j], L[:j], b[:j], is_dec[:j]
-                    dsel = np.array(kept, i64)
-                    nd = dsel.size
-                    n_dec = int(np.count_nonzero(is_dec))
-                    all_dec = n_dec == ids.size
-                budget -= nd
-            pre_pos: list[int] = []
-            pre: list[tuple[int, int]] = []
-            # 2. running sequences whose prefill (or recompute) is not finished
-            if budget > 0 and not all_dec:
-                for q in np.flatnonzero(~is_dec).tolist():
-                    if budget <= 0:
-                        break
-                    cq = int(c[q])
-                    n = min(int(p[q] + gen[q]) - cq, budget, (int(b[q]) + self.free) * bs - cq)
-                    if n <= 0:
-                        continue
-                    nb = -(-(cq + n) // bs) - int(b[q])
-                    b[q] += nb
-                    self.free -= nb
-                    budget -= n
-                    pre_pos.append(q)
-                    pre.append((n, cq))
-            # 3. waiting requests, first come first served (a preempted one starts over)
-            new: list[tuple[int, int]] = []
-            while self.waiting and budget > 0 and ids.size + len(new) < max_seqs:
-                i = self.waiting[0]
-                n = min(int(prompt[i] + out[i]), budget)
-                nb = -(-n // bs)
-                if nb > self.free:
-                    break
-                self.waiting.popleft()
-                self.free -= nb
-                budget -= n
-                pre_pos.append(ids.size + len(new))
-                pre.append((n, 0))
-                new.append((i, nb))
-            if new:
-                na = np.array(new, i64)
-                nid = na[:, 0]
-                ids = np.concatenate([ids, nid])
-                c = np.concatenate([c, np.zeros(len(new), i64)])
-                gen = np.concatenate([gen, out[nid]])
-                p = np.concatenate([p, prompt[nid]])
-                L = np.concatenate([L, outlen[nid]])
-                b = np.concatenate([b, na[:, 1]])
-                is_dec = np.concatenate([is_dec, np.zeros(len(new), bool)])
-            if not pre and nd == 0:
-                if ids.size == 0:
-                    raise RuntimeError("serving simulation stuck with nothing to schedule (a bug)")
-                v = ids.size - 1  # partial prefills hold every block: free the latest one
-                leave(v)
-                self.waiting.appendleft(int(ids[v]))
-                ids, c, gen, p, L, b, is_dec = ids[:v], c[:v], gen[:v], p[:v], L[:v], b[:v], is_dec[:v]
-                n_dec = int(np.count_nonzero(is_dec))
-                continue
-            self.step(pre, c[dsel].tolist() if nd else [])
-            if nd:
-                c[dsel] += 1
-                gen[dsel] += 1
-            if pre:
-                pp = np.array(pre_pos, i64)
-                c[pp] += np.array([n for n, _ in pre], i64)
-                comp = pp[c[pp] == p[pp] + gen[pp]]
-                if comp.size:  # a prefill finished: its next token comes out of this step
-                    gen[comp] += 1
-                    is_dec[comp] = True
-                    n_dec += comp.size
-                    cid = ids[comp]
-                    first[cid[np.isnan(first[cid])]] = self.t
-            done = gen == L
-            if np.count_nonzero(done):
-                fid = ids[done]
-                self.free += int(b[done].sum())
-                out[fid] = gen[done]
-                self.finished(fid)
-                n_dec -= fid.size  # a sequence ends on a token out of a decode or a finished prefill
-                keep = ~done
-                ids, c, gen, p, L, b, is_dec = ids[keep], c[keep], gen[keep], p[keep], L[keep], b[keep], is_dec[keep]
-            if AUDIT_BLOCKS:
-                self.audit_running(c, b)
-                # decoding implies all tokens but the last cached (the converse fails only for the
-                # last token of a recompute, which is still a prefill chunk)
-                if np.any(is_dec & ~((gen > 0) & (p + gen - c == 1))) or n_dec != np.count_nonzero(is_dec):
-                    raise AssertionError("a sequence is flagged decoding with tokens left to prefill")
+            batcher.iterate()
 
     # --- static batching ----------------------------------------------------------------------
 
@@ -574,6 +438,201 @@ class _Sim:
             self.free = self.pool
 
 
+class _Continuous:
+    """Continuous batching's running sequences, advanced one engine step at a time by `iterate`.
+
+    The running sequences live in arrays of their own, in admission order, so a step of decodes is
+    a few vector operations; the per-request arrays of the `_Sim` are written when a sequence
+    leaves the running set (finished or preempted). ``on_step``, when set (the online server,
+    `OnlineScheduler`), is called after each step with the ids that got a token and the ids that
+    finished; ``cancel`` takes a request out (its blocks go back to the pool)."""
+
+    def __init__(self, sim: _Sim, max_tokens: int, max_seqs: int):
+        i64 = np.int64
+        self.sim, self.max_tokens, self.max_seqs = sim, max_tokens, max_seqs
+        self.ids = np.empty(0, i64)  # request id
+        self.c = np.empty(0, i64)  # tokens in its KV cache
+        self.gen = np.empty(0, i64)  # tokens generated so far
+        self.p = np.empty(0, i64)  # prompt tokens
+        self.L = np.empty(0, i64)  # output tokens asked for
+        self.b = np.empty(0, i64)  # KV blocks held
+        self.is_dec = np.empty(0, bool)  # decoding: its cache holds all its tokens but the last
+        self.n_dec = 0  # how many are
+        self.preemptions = 0
+        self.on_step = None
+
+    def cancel(self, i: int) -> bool:
+        """Take request ``i`` out of the running set or the waiting queue; True if it was in one."""
+        sim = self.sim
+        pos = np.flatnonzero(self.ids == i)
+        if pos.size:
+            v = int(pos[0])
+            sim.free += int(self.b[v])
+            sim.out[i] = self.gen[v]
+            keep = np.ones(self.ids.size, bool)
+            keep[v] = False
+            if self.is_dec[v]:
+                self.n_dec -= 1
+            self.ids, self.c, self.gen, self.p, self.L, self.b, self.is_dec = (
+                a[keep] for a in (self.ids, self.c, self.gen, self.p, self.L, self.b, self.is_dec))
+            return True
+        try:
+            sim.waiting.remove(i)
+        except ValueError:
+            return False
+        return True
+
+    def iterate(self) -> None:
+        """One pass of the scheduler at ``sim.t``: pick the step's work, run it (time advances by its
+        ``step_ms``), hand out its tokens and retire what finished. The caller has admitted the
+        arrivals up to ``sim.t`` and made sure something is running or waiting."""
+        sim = self.sim
+        prompt, outlen, out, first, preempt, bs = sim.prompt, sim.outlen, sim.out, sim.first, sim.preempt, sim.bs
+        max_tokens, max_seqs = self.max_tokens, self.max_seqs
+        i64 = np.int64
+        ids, c, gen, p, L, b, is_dec, n_dec = self.ids, self.c, self.gen, self.p, self.L, self.b, self.is_dec, self.n_dec
+
+        def leave(v: int) -> None:  # preempt running position v (recompute mode); the caller truncates
+            i = int(ids[v])
+            sim.free += int(b[v])
+            preempt[i] += 1
+            out[i] = gen[v]
+            self.preemptions += 1
+
+        try:
+            budget = max_tokens
+            # 1. one token for every running sequence that is decoding
+            all_dec = n_dec == ids.size
+            if all_dec:  # the usual case: a prefix slice, no copies
+                dsel = slice(0, min(ids.size, budget))
+                nd = dsel.stop
+            else:
+                dsel = np.flatnonzero(is_dec)[:budget]
+                nd = dsel.size
+            if nd:
+                need = c[dsel] % bs == 0  # the paged invariant: a full last block needs a new one
+                total = int(np.count_nonzero(need))
+                if total <= sim.free:
+                    b[dsel] += need
+                    sim.free -= total
+                else:  # short of blocks: in running order, preempting from the tail
+                    positions = np.arange(nd) if isinstance(dsel, slice) else dsel
+                    j = ids.size
+                    kept: list[int] = []
+                    gone: list[int] = []
+                    for q in positions.tolist():
+                        if q >= j:
+                            break
+                        nq = 1 if c[q] % bs == 0 else 0
+                        while nq > sim.free and j > q:
+                            j -= 1
+                            leave(j)
+                            gone.append(int(ids[j]))
+                        if q >= j:
+                            break
+                        b[q] += nq
+                        sim.free -= nq
+                        kept.append(q)
+                    for i in gone:  # the last one preempted (earliest admitted) ends at the head
+                        sim.waiting.appendleft(i)
+                    ids, c, gen, p, L, b, is_dec = ids[:j], c[:j], gen[:j], p[:j], L[:j], b[:j], is_dec[:j]
+                    dsel = np.array(kept, i64)
+                    nd = dsel.size
+                    n_dec = int(np.count_nonzero(is_dec))
+                    all_dec = n_dec == ids.size
+                budget -= nd
+            pre_pos: list[int] = []
+            pre: list[tuple[int, int]] = []
+            # 2. running sequences whose prefill (or recompute) is not finished
+            if budget > 0 and not all_dec:
+                for q in np.flatnonzero(~is_dec).tolist():
+                    if budget <= 0:
+                        break
+                    cq = int(c[q])
+                    n = min(int(p[q] + gen[q]) - cq, budget, (int(b[q]) + sim.free) * bs - cq)
+                    if n <= 0:
+                        continue
+                    nb = -(-(cq + n) // bs) - int(b[q])
+                    b[q] += nb
+                    sim.free -= nb
+                    budget -= n
+                    pre_pos.append(q)
+                    pre.append((n, cq))
+            # 3. waiting requests, first come first served (a preempted one starts over)
+            new: list[tuple[int, int]] = []
+            while sim.waiting and budget > 0 and ids.size + len(new) < max_seqs:
+                i = sim.waiting[0]
+                n = min(int(prompt[i] + out[i]), budget)
+                nb = -(-n // bs)
+                if nb > sim.free:
+                    break
+                sim.waiting.popleft()
+                sim.free -= nb
+                budget -= n
+                pre_pos.append(ids.size + len(new))
+                pre.append((n, 0))
+                new.append((i, nb))
+            if new:
+                na = np.array(new, i64)
+                nid = na[:, 0]
+                ids = np.concatenate([ids, nid])
+                c = np.concatenate([c, np.zeros(len(new), i64)])
+                gen = np.concatenate([gen, out[nid]])
+                p = np.concatenate([p, prompt[nid]])
+                L = np.concatenate([L, outlen[nid]])
+                b = np.concatenate([b, na[:, 1]])
+                is_dec = np.concatenate([is_dec, np.zeros(len(new), bool)])
+            if not pre and nd == 0:
+                if ids.size == 0:
+                    raise RuntimeError("serving simulation stuck with nothing to schedule (a bug)")
+                v = ids.size - 1  # partial prefills hold every block: free the latest one
+                leave(v)
+                sim.waiting.appendleft(int(ids[v]))
+                ids, c, gen, p, L, b, is_dec = ids[:v], c[:v], gen[:v], p[:v], L[:v], b[:v], is_dec[:v]
+                n_dec = int(np.count_nonzero(is_dec))
+                return
+            sim.step(pre, c[dsel].tolist() if nd else [])
+            if nd:
+                c[dsel] += 1
+                gen[dsel] += 1
+            comp = None
+            if pre:
+                pp = np.array(pre_pos, i64)
+                c[pp] += np.array([n for n, _ in pre], i64)
+                comp = pp[c[pp] == p[pp] + gen[pp]]
+                if comp.size:  # a prefill finished: its next token comes out of this step
+                    gen[comp] += 1
+                    is_dec[comp] = True
+                    n_dec += comp.size
+                    cid = ids[comp]
+                    first[cid[np.isnan(first[cid])]] = sim.t
+            if self.on_step is not None:
+                got = ids[dsel] if nd else ids[:0]
+                if comp is not None and comp.size:
+                    got = np.concatenate([got, ids[comp]])
+            done = gen == L
+            fid = ids[:0]
+            if np.count_nonzero(done):
+                fid = ids[done]
+                sim.free += int(b[done].sum())
+                out[fid] = gen[done]
+                sim.finished(fid)
+                n_dec -= fid.size  # a sequence ends on a token out of a decode or a finished prefill
+                keep = ~done
+                ids, c, gen, p, L, b, is_dec = ids[keep], c[keep], gen[keep], p[keep], L[keep], b[keep], is_dec[keep]
+            if AUDIT_BLOCKS:
+                sim.audit_running(c, b)
+                # decoding implies all tokens but the last cached (the converse fails only for the
+                # last token of a recompute, which is still a prefill chunk)
+                if np.any(is_dec & ~((gen > 0) & (p + gen - c == 1))) or n_dec != np.count_nonzero(is_dec):
+                    raise AssertionError("a sequence is flagged decoding with tokens left to prefill")
+            if self.on_step is not None:
+                self.on_step(got, fid)
+        finally:
+            self.ids, self.c, self.gen, self.p, self.L, self.b, self.is_dec = ids, c, gen, p, L, b, is_dec
+            self.n_dec = n_dec
+
+
 # ---------------------------------------------------------------------------------------------
 # the public call
 
@@ -583,6 +642,25 @@ def _percentiles(x: np.ndarray, qs: Sequence[float]) -> list[float]:
     if x.size == 0:
         return [math.nan for _ in qs]
     return [float(v) for v in np.percentile(x, qs)]
+
+
+def _kv_pool(step_model: StepModel, block_size: int) -> tuple[int, int, int]:
+    """(KV bytes per token, KV budget bytes, blocks in the pool) of ``step_model``, checked."""
+    if not isinstance(step_model, StepModel):
+        raise ServingConfigError(f"step_model must follow pypto_lab.llm.step_model.StepModel (name, kv_bytes_per_token, "
+                                 f"kv_budget_bytes, step_ms); got {type(step_model).__name__}. Fix: build one with the "
+                                 f"cost engine, or use pypto_lab.llm.linear_step.LinearStepModel.")
+    kv_tok = int(step_model.kv_bytes_per_token)
+    budget_bytes = int(step_model.kv_budget_bytes)
+    if kv_tok <= 0:
+        raise ServingConfigError(f"kv_bytes_per_token must be > 0 (got {kv_tok} from {step_model.name!r}). Fix: the step model.")
+    pool = budget_bytes // (kv_tok * block_size)
+    if pool < 1:
+        raise ServingConfigError(
+            f"the KV pool must hold at least one block: kv_budget_bytes // (kv_bytes_per_token * block_size) = "
+            f"{budget_bytes:,} // ({kv_tok:,} * {block_size}) = {pool}. Fix: a smaller block_size, more cards or a chip "
+            f"with more HBM (a larger kv_budget_bytes).")
+    return kv_tok, budget_bytes, pool
 
 
 def simulate_serving(
@@ -617,20 +695,7 @@ def simulate_serving(
     requests, rate, block_size = args["requests"], args["rate"], args["block_size"]
     max_batched_tokens, max_num_seqs = args["max_batched_tokens"], args["max_num_seqs"]
     trace = read_trace(lengths) if lengths is not None else None
-    if not isinstance(step_model, StepModel):
-        raise ServingConfigError(f"step_model must follow pypto_lab.llm.step_model.StepModel (name, kv_bytes_per_token, "
-                                 f"kv_budget_bytes, step_ms); got {type(step_model).__name__}. Fix: build one with the "
-                                 f"cost engine, or use pypto_lab.llm.linear_step.LinearStepModel.")
-    kv_tok = int(step_model.kv_bytes_per_token)
-    budget_bytes = int(step_model.kv_budget_bytes)
-    if kv_tok <= 0:
-        raise ServingConfigError(f"kv_bytes_per_token must be > 0 (got {kv_tok} from {step_model.name!r}). Fix: the step model.")
-    pool = budget_bytes // (kv_tok * block_size)
-    if pool < 1:
-        raise ServingConfigError(
-            f"the KV pool must hold at least one block: kv_budget_bytes // (kv_bytes_per_token * block_size) = "
-            f"{budget_bytes:,} // ({kv_tok:,} * {block_size}) = {pool}. Fix: a smaller block_size, more cards or a chip "
-            f"with more HBM (a larger kv_budget_bytes).")
+    kv_tok, budget_bytes, pool = _kv_pool(step_model, block_size)
     max_pos = getattr(step_model, "max_positions", None)
     model = getattr(getattr(step_model, "spec", None), "name", None) or str(step_model.name)
 

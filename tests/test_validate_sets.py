@@ -153,3 +153,13 @@ def test_the_command_writes_the_summary_as_json(monkeypatch, tmp_path, capsys):
     assert "LLM decode (TPOT)" in capsys.readouterr().out
     assert main(["validate", "--set", "llm", "--chip", "Ascend310P3", "--quiet"]) == 2
     assert "--chip and --level choose the inference rows" in capsys.readouterr().err
+
+
+def test_a_short_matmul_in_a_torch_npu_loop_is_bound_by_the_hosts_dispatch():
+    rows = llm_rows.matmuls(llm_rows.read_rows())
+    small = next(c for c in rows if c.model == "matmul 1024^3")
+    big = next(c for c in rows if c.model == "matmul 8192^3")
+    eager = get_stack("torch_npu-eager")
+    # 1024^3 takes a few microseconds on the Cube: the loop runs at one dispatch per call
+    assert small.simulated == pytest.approx(2 * 1024 ** 3 / eager.dispatch_us / 1e6, rel=0.01)
+    assert "host-bound" in small.mechanisms[0] and "host-bound" not in big.mechanisms[0]

@@ -11,8 +11,15 @@ stand-in makes the test's NPU calls mean "the CPU", and nothing else:
   report device 0, whose ``is_available()`` is True (the "NPU" a test asks for is the CPU) and
   whose ``config.allow_internal_format`` is a plain attribute. ``torch_npu.Format`` names ND and
   FRACTAL_NZ.
-* ``device='npu'`` / ``'npu:N'`` passed to any torch function, ``.to('npu:N')`` and ``.npu()``
-  mean the CPU (a ``TorchFunctionMode`` rewrites the device argument; the data are not touched).
+* ``device='npu'`` / ``'npu:N'`` / ``torch.device('npu', N)`` and, as with torch_npu, a bare integer
+  device id (``device=0``, ``.to(0)``) passed to any torch function, ``.to(...)`` and ``.npu()`` mean
+  the CPU (a ``TorchFunctionMode`` rewrites the device argument; the data are not touched). As
+  torch_npu does, the stand-in names torch's PrivateUse1 backend ``npu``, so ``torch.device('npu:0')``
+  parses.
+* ``torch.library.impl(lib, name, "NPU")`` (and ``Library.impl(..., "NPU")``) registers the
+  implementation for the CPU dispatch key: with torch_npu, the NPU key is where tensors on the NPU
+  dispatch, and here the NPU's tensors are CPU tensors, so ``torch.ops.<ns>.<op>(...)`` reaches the
+  same Python function the file registered.
   ``torch.rand`` with an integer dtype, which the NPU accepts and CPU torch refuses, gives zeros:
   the model tests use it only for output buffers the kernel overwrites.
 * ``torch.topk(..., sorted=False)`` returns its k elements sorted (largest first). torch leaves
@@ -26,13 +33,24 @@ stand-in makes the test's NPU calls mean "the CPU", and nothing else:
   second ``replay()`` honestly runs again the pypto kernel launches recorded during capture (same
   kernel, same tensors); torch operations inside the captured block are not re-run, and the
   replay says so.
-* ``torch_npu.npu_format_cast(t, fmt)`` returns ``t`` unchanged (row-major, ND) and
-  ``get_npu_format`` reports 2 (ND). A cast to FRACTAL_NZ (29) prints that the tensor stays ND: a
-  check that requires an NZ tensor fails, and it should, since the kernel here reads ND.
-* ``torch_npu.npu_quantize`` and ``torch_npu.npu_quant_matmul``, which some goldens call, are
-  computed on the CPU from their documented formulas (``round(x * scale + offset)`` saturated to
-  int8; ``(x1 @ x2 + bias) * scale`` with an exact integer product). They are references written
-  here, not the NPU's operators; they say so when first called.
+* **Storage formats.** ``torch_npu.npu_format_cast(t, 29)`` returns an `NzTensor`: the same values
+  (torch ops see the logical shape, as they do on the NPU), tagged FRACTAL_NZ, whose ``device`` is
+  ``npu:0`` as torch_npu's are, so the files' ``get_format(t) == 'NZ'`` checks (``device.type ==
+  'npu'`` and ``get_npu_format(t) == 29``) see NZ. ``get_npu_format`` gives 29 for it and 2 (ND)
+  for every other tensor; casting back to ND (2) gives a plain tensor. The bytes are kept in
+  row-major order on the CPU: the conversion is a permutation of the same values, so the numerics
+  are those of the logical tensor; what the conversion costs on the chip (a TransData, GM -> UB ->
+  GM of every byte) is simulated on the pto kernels' chip and recorded in `FORMAT_CASTS` (the
+  runner prints it). A pto kernel sees the format of its argument (`pypto_lab.pto.formats`) and,
+  as the real frontend does, refuses an argument whose format differs from its annotation's.
+* ``torch_npu.npu_quantize``, ``npu_quant_matmul``, ``npu_dynamic_quant`` and ``npu_swiglu``,
+  which some goldens call, are computed on the CPU from their documented formulas
+  (``round(x * scale + offset)`` saturated to int8; ``(x1 @ x2 + bias) * scale`` with an exact
+  integer product; per-row symmetric int8 as the GLM files state it in their own
+  ``ffn_golden_quan_per_token``: ``scale = 127 / max|x|``, ``y = round(x * scale)``, returned
+  scale ``1 / scale``; ``silu(a) * b`` of the two halves of the last dimension). They are
+  references written here, not the NPU's operators; they say so when first called.
+* ``torch.npu.empty_cache()`` does nothing (the CPU has no NPU caching allocator).
 
 Anything else of ``torch_npu`` or ``torch.npu`` raises ``AttributeError`` naming the call and
 this module, so an unsupported call is never silently wrong.
@@ -56,7 +74,20 @@ def _notice(msg: str) -> None:
 
 
 def _is_npu(dev) -> bool:
-    return isinstance(dev, str) and bool(_NPU_DEVICE.match(dev))
+    """A device argument that means the NPU: 'npu', 'npu:N', torch.device('npu', N) or, as with
+    torch_npu, a bare integer id (not a bool)."""
+    if isinstance(dev, str):
+        return bool(_NPU_DEVICE.match(dev))
+    if isinstance(dev, torch.device):
+        return dev.type == "npu"
+    return isinstance(dev, int) and not isinstance(dev, bool)
+
+
+def _name_backend_npu() -> None:
+    """torch_npu names torch's PrivateUse1 backend ``npu`` so that ``torch.device('npu:0')`` parses;
+    the stand-in does the same (once per process: torch allows one name)."""
+    if torch._C._get_privateuse1_backend_name() != "npu":
+        torch.utils.rename_privateuse1_backend("npu")
 
 
 class _Missing(types.ModuleType):
@@ -125,17 +156,83 @@ class _GraphCapture:
 
 # ---------------------------------------------------------------------------- torch_npu operators
 
+class NzTensor(torch.Tensor):
+    """A tensor torch_npu would hold in FRACTAL_NZ: the logical values (shared with the tensor it was
+    cast from), the NZ tag, and ``device`` ``npu:0``. Every torch operation on it sees a plain
+    tensor and gives one (ND), as the NPU's operators do; in-place operations keep the tag."""
+
+    npu_format = NZ
+
+    @property
+    def device(self):
+        return torch.device("npu", 0)
+
+    def cpu(self, *args, **kwargs):
+        return self.as_subclass(torch.Tensor)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **(kwargs or {}))
+        if isinstance(out, NzTensor) and not getattr(func, "__name__", "").endswith("_"):
+            out = out.as_subclass(torch.Tensor)   # .contiguous(), .to(same) return self: an ND view
+        return out
+
+    def __repr__(self, *args, **kwargs):
+        return f"NzTensor(FRACTAL_NZ, shape={tuple(self.shape)}, dtype={self.dtype})"
+
+
+FORMAT_CASTS: list[dict] = []   # the TransData each cast to FRACTAL_NZ costs on the simulated chip
+
+
+def _chip_name() -> str:
+    from pypto_lab.pto import config
+    from pypto_lab.pto.jit import DEFAULT_CHIP
+
+    return config.STATE.section_options.get("runtime", {}).get("chip", DEFAULT_CHIP)
+
+
+def _transdata_cost(tensor) -> dict:
+    """A TransData ND -> FRACTAL_NZ of ``tensor`` on the chip the pto kernels run on: every byte
+    GM -> UB -> GM (`pypto_lab.hw.kernels.simulate_vector` of a copy, as the kernel IR costs a
+    TransData), in the tensor's dtype (int8 / fp16 / bf16 / fp32)."""
+    from pypto_lab.hw.kernels import fuse_vector_ops, simulate_vector
+
+    lab = {torch.int8: "int8", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32",
+           torch.int32: "int32", torch.int16: "int16"}.get(tensor.dtype)
+    numel = int(tensor.numel())
+    if lab is None or numel == 0:
+        return {"shape": list(tensor.shape), "dtype": str(tensor.dtype), "time_us": None,
+                "note": "no Vector copy of this dtype in the chip model"}
+    chip = _chip_name()
+    r = simulate_vector(fuse_vector_ops(["copy"], 1), numel, dtype=lab, chip=chip,
+                        name="TransData ND->FRACTAL_NZ")
+    return {"shape": list(tensor.shape), "dtype": lab, "chip": chip, "time_us": float(r.time_us),
+            "cycles": float(r.cycles), "gm_bytes": 2 * numel * tensor.element_size()}
+
+
 def npu_format_cast(tensor, fmt, *args, **kwargs):
+    """``torch_npu.npu_format_cast``: to FRACTAL_NZ (29) an `NzTensor` (the conversion costed), to
+    ND (2) a plain tensor; other formats are not stood in."""
+    fmt = int(fmt)
     if fmt == NZ:
-        _notice(f"npu_format_cast(tensor{tuple(tensor.shape)}, 29 = FRACTAL_NZ): the CPU stand-in keeps it "
-                "ND (row-major); get_npu_format reports ND, so a check that requires NZ fails")
-    elif fmt != ND:
-        _notice(f"npu_format_cast(tensor, {fmt}): kept ND on the CPU")
-    return tensor
+        if isinstance(tensor, NzTensor):
+            return tensor
+        base = tensor.as_subclass(torch.Tensor) if type(tensor) is not torch.Tensor else tensor
+        cost = _transdata_cost(base)
+        FORMAT_CASTS.append(cost)
+        if cost.get("time_us") is not None:
+            _notice(f"npu_format_cast(tensor{tuple(tensor.shape)} {cost['dtype']}, 29 = FRACTAL_NZ): an NzTensor; "
+                    f"the TransData costs {cost['time_us']:.2f} us on {cost['chip']}")
+        return torch.Tensor._make_subclass(NzTensor, base)
+    if fmt == ND:
+        return tensor.as_subclass(torch.Tensor) if isinstance(tensor, NzTensor) else tensor
+    raise NotImplementedError(f"npu_on_cpu: npu_format_cast to format {fmt} is not stood in (ND = 2 and "
+                              "FRACTAL_NZ = 29 are)")
 
 
 def get_npu_format(tensor) -> int:
-    return ND
+    return NZ if isinstance(tensor, NzTensor) else ND
 
 
 _said: set[str] = set()
@@ -184,17 +281,39 @@ def npu_quant_matmul(x1, x2, scale, *, offset=None, pertoken_scale=None, bias=No
     return y.to(output_dtype or torch.int8)
 
 
+def npu_dynamic_quant(input, *, smooth_scales=None, group_index=None, dst_type=None, **kwargs):
+    """Per-row symmetric int8, as the GLM files state their reference (``ffn_golden_quan_per_token``):
+    ``scale = 127 / max|x|`` per row (fp32), ``y = round(x * scale)`` (half to even) saturated to
+    int8; returns ``(y, 1 / scale)`` with the scale of shape ``x.shape[:-1]``."""
+    _reference("npu_dynamic_quant")
+    if smooth_scales is not None or group_index is not None or kwargs or dst_type not in (None, torch.int8):
+        raise NotImplementedError("npu_on_cpu: npu_dynamic_quant with smooth_scales, group_index, another "
+                                  "dst_type or further options is not stood in")
+    x = input.float()
+    scale = 127.0 / x.abs().amax(dim=-1, keepdim=True)
+    y = torch.round(x * scale).clamp(-128, 127).to(torch.int8)
+    return y, (1.0 / scale).squeeze(-1)
+
+
+def npu_swiglu(input, dim=-1):
+    """``silu(a) * b`` of the two halves ``a, b`` of ``dim``, computed in fp32 and returned in the
+    input's dtype."""
+    _reference("npu_swiglu")
+    a, b = input.float().chunk(2, dim=dim)
+    return (torch.nn.functional.silu(a) * b).to(input.dtype)
+
+
 # ---------------------------------------------------------------------------- devices
 
 class _NpuMeansCpu(TorchFunctionMode):
-    """Rewrites ``device='npu[:N]'`` and ``.to('npu[:N]')`` to the CPU."""
+    """Rewrites ``device='npu[:N]'`` / an integer id and ``.to('npu[:N]')`` / ``.to(N)`` to the CPU."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
         if _is_npu(kwargs.get("device")):
             kwargs["device"] = "cpu"
         if getattr(func, "__name__", "") == "to":
-            args = tuple("cpu" if _is_npu(a) else a for a in args)
+            args = args[:1] + tuple("cpu" if _is_npu(a) else a for a in args[1:])
         if func is torch.rand and kwargs.get("dtype") is not None and not kwargs["dtype"].is_floating_point:
             return torch.zeros(*args, **kwargs)
         if getattr(func, "__name__", "") == "topk" and kwargs.get("sorted") is False:
@@ -212,7 +331,42 @@ def _npu_namespace() -> types.ModuleType:
     ns.NPUGraph = NPUGraph
     ns.graph = _GraphCapture
     ns.config = types.SimpleNamespace(allow_internal_format=False)
+    ns.empty_cache = lambda: None
+    # what torch asks of the device module of a renamed PrivateUse1 backend (torch.manual_seed seeds
+    # every device's generator): the stand-in's tensors draw from the CPU generator, already seeded
+    ns._is_in_bad_fork = lambda: False
+    ns.manual_seed_all = lambda seed: None
+    ns.manual_seed = lambda seed: None
     return ns
+
+
+_NPU_KEYS = ("NPU", "PrivateUse1")
+
+
+def _cpu_key(key):
+    return "CPU" if key in _NPU_KEYS else key
+
+
+def _library_patches() -> list:
+    """(owner, attribute, replacement): ``torch.library.impl`` and ``Library.impl`` with the NPU
+    dispatch key mapped to CPU."""
+    impl, lib_impl = torch.library.impl, torch.library.Library.impl
+
+    def impl_npu(qualname, types_=None, func=None, *args, **kwargs):
+        if isinstance(types_, str):
+            types_ = _cpu_key(types_)
+        elif isinstance(types_, (list, tuple)):
+            types_ = type(types_)(_cpu_key(t) for t in types_)
+        if "dispatch_key" in kwargs:
+            kwargs["dispatch_key"] = _cpu_key(kwargs["dispatch_key"])
+        if func is None and not args:
+            return impl(qualname, types_, **kwargs)
+        return impl(qualname, types_, func, *args, **kwargs)
+
+    def lib_impl_npu(self, op_name, fn, dispatch_key="", *args, **kwargs):
+        return lib_impl(self, op_name, fn, _cpu_key(dispatch_key), *args, **kwargs)
+
+    return [(torch.library, "impl", impl_npu), (torch.library.Library, "impl", lib_impl_npu)]
 
 
 class NpuOnCpu:
@@ -231,11 +385,18 @@ class NpuOnCpu:
         stub.get_npu_format = get_npu_format
         stub.npu_quantize = npu_quantize
         stub.npu_quant_matmul = npu_quant_matmul
+        stub.npu_dynamic_quant = npu_dynamic_quant
+        stub.npu_swiglu = npu_swiglu
+        stub.NzTensor = NzTensor
+        _name_backend_npu()
         stub.Format = types.SimpleNamespace(ND=ND, NCHW=0, FRACTAL_NZ=NZ)
         self._saved = [("module", sys.modules.get("torch_npu")),
                        ("torch.npu", getattr(torch, "npu", None)),
                        ("Tensor.npu", getattr(torch.Tensor, "npu", None))]
         sys.modules["torch_npu"] = stub
+        for owner, attr, fn in _library_patches():
+            self._saved.append(("attr", (owner, attr, getattr(owner, attr))))
+            setattr(owner, attr, fn)
         torch.npu = npu
         torch.Tensor.npu = lambda self, *a, **k: self
         self._mode = _NpuMeansCpu()
@@ -252,6 +413,8 @@ class NpuOnCpu:
                     sys.modules.pop("torch_npu", None)
                 else:
                     sys.modules["torch_npu"] = value
+            elif what == "attr":
+                setattr(*value)
             elif what == "torch.npu":
                 if value is None:
                     delattr(torch, "npu")

@@ -64,6 +64,8 @@ MODEL_STYLE = textwrap.dedent('''
         top = torch.topk(x, 8, dim=-1, sorted=False).indices
         assert torch.equal(top, torch.topk(x, 8, dim=-1).indices), "topk(sorted=False) is not sorted"
         y = torch_npu.npu_format_cast(y, 29)
+        assert get_format(y) == "NZ" and get_format(x) == "ND" and get_format(y + 1) == "ND"
+        assert get_format(y.cpu()) == "ND" and torch.equal(y.cpu(), y)
         g = torch.npu.NPUGraph()
         with torch.npu.graph(g):
             add_kernel(x, y, out)
@@ -98,9 +100,10 @@ def test_npu_on_cpu_runs_a_model_style_test(model_file):
     assert p.returncode == 0, out
     assert "--set bs: line" in out and "1024 -> 16" in out
     assert "2 comparisons with torch: 2 passed" in out
-    # the NZ cast says what it does, and a second replay re-runs the captured kernel for real: the
-    # second comparison (after x changed) can only pass if the kernel ran again
-    assert "FRACTAL_NZ" in out and "keeps it ND" in out
+    # the NZ cast is costed as a TransData, and a second replay re-runs the captured kernel for real:
+    # the second comparison (after x changed) can only pass if the kernel ran again
+    assert "FRACTAL_NZ" in out and "TransData" in out
+    assert "manual_seed_all" not in out
     assert "replay() #2: re-running the 1 pypto kernel launch" in out
 
 

@@ -18,7 +18,8 @@ DataType enum (`dtypes`), the v0.2 annotations (``pypto.Tensor([pypto.DYNAMIC, 3
 (`precision`) and the ``experimental`` namespace (`experimental`).
 """
 
-from . import experimental, frontend
+from . import experimental, frontend, operation, pypto_impl, runtime
+from .compat import ceildiv, from_torch
 from .config import (
                      get_codegen_options,
                      get_cube_tile_shapes,
@@ -82,9 +83,27 @@ from .dtypes import (
                      TileOpFormat,
                      bytes_of,
 )
+from .element import Element
+from .enums import (
+                     ROUND_DOWN,
+                     ROUND_UP,
+                     AtomicRMWMode,
+                     CachePolicy,
+                     CastMode,
+                     DequantScaleRoundingMode,
+                     LogBaseType,
+                     OpType,
+                     OutType,
+                     ReduceMode,
+                     ReLuType,
+                     SaturationMode,
+                     ScatterMode,
+                     TransMode,
+)
 from .errors import (
                      BroadcastError,
                      DTypeError,
+                     FormatError,
                      IndexBoundsError,
                      LoopError,
                      NoNPUError,
@@ -194,6 +213,7 @@ from .ops_math import (
                      cos,
                      cosh,
                      exp2,
+                     fillpad,
                      floor_div,
                      fmod,
                      gcd,
@@ -218,6 +238,7 @@ from .ops_random import normal, uniform
 from .ops_shape import one_hot, pad, permute, prelu, tril, triu, unsqueeze
 from .ops_sort import TopKAlgo, argmax, argmin, argsort, cumprod, cumsum, prod, topk
 from .option_table import CompStage
+from .platform import platform
 from .precision import PrecisionType
 from .result import RunResult
 from .symbolic import SymbolicScalar, SymbolicValueError, symbolic_scalar
@@ -252,5 +273,10 @@ __all__ = [
     "index_put_", "uniform", "normal", "quantize", "dequantize", "rms_norm", "var",
     "TopKAlgo", "topk", "argsort", "argmax", "argmin", "cumsum", "cumprod",
     "gather", "index_select", "scatter_update", "scatter", "scatter_", "index_add", "index_add_",
-    "TraceError",
+    "TraceError", "FormatError",
+    "CastMode", "SaturationMode", "ReLuType", "CachePolicy", "ReduceMode", "OpType", "OutType", "TransMode",
+    "ScatterMode", "LogBaseType", "AtomicRMWMode", "DequantScaleRoundingMode", "ROUND_UP", "ROUND_DOWN",
+    "Element", "element", "ceildiv", "from_torch", "platform", "runtime", "operation", "pypto_impl", "fillpad",
 ]
+
+element = Element

@@ -63,6 +63,11 @@ class IndexBoundsError(PtoError, IndexError):
     index_select, ...): found when the kernel runs, since index values exist only then."""
 
 
+class FormatError(PtoError):
+    """A tensor argument's storage format (ND / FRACTAL_NZ) does not match its annotation, or is one
+    pypto_lab does not model."""
+
+
 class OptionError(PtoError):
     """An unknown option key or value."""
 

@@ -6,7 +6,8 @@
   pairwise, rounding after every level.
 * matmul: `pypto_lab.hw.numerics.matmul` (inputs in their dtype, exact products, fp32
   accumulation, rounded once on the way out of L0C); int8 x int8 accumulates exactly in int32.
-* Casts to integers round to nearest even, saturating.
+* Casts follow ``pypto.cast``'s CastMode and SaturationMode (`cast_rules`): by default a float
+  becomes an integer by truncation toward zero, wrapping on overflow.
 * Composite ops round after each vector step they are made of (sigmoid: -x, exp, + 1, 1 / y;
   expm1: exp, - 1); erf / erfc / log / pow are computed in fp32 and rounded once (the chip's
   polynomial approximations are not modelled bit for bit).
@@ -15,17 +16,24 @@
 * A symbolic loop (`loops`) runs iteration by iteration: the first variant whose guards hold is
   run with the index bound; symbolic offsets and tensor reads (``block_table[b, i]``) are
   evaluated then, and an offset or index out of range raises `SymbolicIndexError`.
+* A **cost-only** run (``compute=False``, `config.cost_only`) walks the same control flow (loop
+  bounds, the variant of every iteration, scalar reads of the kernel's arguments, so the counts the
+  cost model extrapolates from are those of the real run) but computes no tensor: outputs keep
+  what they held, a returned tensor is uninitialised, and a scalar read of a tensor the kernel
+  itself computes gives 0. It is how a kernel is costed at a size whose numerics are too slow.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
 
 from ..hw import numerics
-from . import ops_math, special
+from . import cast_rules, ops_math, special
 from .errors import LoopError, SymbolicIndexError
-from .graph import TensorGraph
+from .graph import ELEMENTWISE, TensorGraph
 from .loops import guards_hold
 from .symbolic import SymbolicScalar
 
@@ -63,11 +71,14 @@ def _name(graph: TensorGraph, tid: int) -> str:
 class _Run:
     """One run of a Tensor Graph: the values, the bound loop indices, the iterations per variant."""
 
-    def __init__(self, graph: TensorGraph, env: dict, counts: dict):
-        self.graph, self.env, self.counts = graph, env, counts
+    def __init__(self, graph: TensorGraph, env: dict, counts: dict, compute: bool = True):
+        self.graph, self.env, self.counts, self.compute = graph, env, counts, compute
         self.idx: dict[int, int] = {}
 
     def read(self, tid: int, ix: tuple, expr: SymbolicScalar) -> int:
+        t = self.env.get(tid)
+        if t is None and not self.compute:   # cost-only: a tensor the kernel computes holds no values
+            return np.zeros(np.broadcast(*ix).shape, np.int64) if any(isinstance(i, np.ndarray) for i in ix) else 0
         t = self.env[tid]
         if any(isinstance(i, np.ndarray) for i in ix):   # a guard evaluated for every iteration at once
             arrs = np.broadcast_arrays(*[np.asarray(i, dtype=np.int64) for i in ix])
@@ -115,6 +126,7 @@ class _Run:
 
     def run(self, lo: int, hi: int) -> None:
         nodes = self.graph.nodes
+        compute = self.compute
         i = lo
         while i < hi:
             n = nodes[i]
@@ -122,7 +134,8 @@ class _Run:
                 self.loop(n)
                 i = n.attrs["end"]
             else:
-                _run_node(self, n)
+                if compute:
+                    _run_node(self, n)
                 i += 1
 
     def loop(self, n) -> None:
@@ -156,12 +169,18 @@ class _Run:
         self.idx.pop(n.id, None)
 
 
-def run_graph(graph: TensorGraph, args: list[torch.Tensor], counts: dict | None = None) -> dict[int, torch.Tensor]:
-    """Compute every tensor of ``graph``; ``counts`` receives the iterations of each (loop, variant)."""
+def run_graph(graph: TensorGraph, args: list[torch.Tensor], counts: dict | None = None,
+              compute: bool = True) -> dict[int, torch.Tensor]:
+    """Compute every tensor of ``graph``; ``counts`` receives the iterations of each (loop, variant).
+    ``compute=False``: the control flow only (see the module's docstring)."""
     env: dict[int, torch.Tensor] = {}
     for pid, t in zip(graph.params, args):
         env[pid] = t
-    _Run(graph, env, {} if counts is None else counts).run(0, len(graph.nodes))
+    _Run(graph, env, {} if counts is None else counts, compute).run(0, len(graph.nodes))
+    if not compute:
+        for r in graph.returns:
+            n = graph.nodes[r]
+            env.setdefault(r, torch.empty(n.shape, dtype=n.dtype.torch))
     return env
 
 
@@ -173,6 +192,48 @@ def _window(t: torch.Tensor, offsets, shape) -> torch.Tensor:
     return t
 
 
+def _reshape_valid(run: _Run, n, x: torch.Tensor) -> torch.Tensor:
+    """A reshape of a tensor that may hold only its valid part: to the node's ``valid_shape`` (sizes
+    evaluated now, at most the shape), else to the shape with the first axis holding what there is."""
+    valid = n.attrs.get("valid_shape")
+    if valid is not None:
+        target = tuple(min(int(run.ev(v)), s) for v, s in zip(valid, n.shape))
+        if x.numel() == math.prod(target):
+            return x.reshape(target)
+        if x.numel() == math.prod(n.shape):
+            return _window(x.reshape(n.shape), (0,) * len(target), target)
+    rest = math.prod(n.shape[1:])
+    if rest and x.numel() % rest == 0:
+        return x.reshape((x.numel() // rest,) + tuple(n.shape[1:]))
+    raise SymbolicIndexError(f"reshape of a tensor holding {list(x.shape)} (its valid part) to {list(n.shape)} "
+                             f"({n.where or '?'}): the valid part does not map onto the new shape. Fix: pass "
+                             "valid_shape= to pypto.reshape")
+
+
+_ELEMENTWISE = frozenset(ELEMENTWISE)
+
+
+def _common_valid(ins: list) -> list:
+    """Operands of an element-wise op that hold different valid parts (a view whose valid shape is
+    read from tensor data holds only that part): each is cut to the part they all hold, axis by
+    axis (an axis of size 1 still broadcasts). The result's valid part is that intersection."""
+    shapes = [tuple(t.shape) for t in ins]
+    if len(set(shapes)) == 1:
+        return ins
+    rank = max(len(s) for s in shapes)
+    padded = [(1,) * (rank - len(s)) + s for s in shapes]
+    target = [min((s[d] for s in padded if s[d] != 1), default=1) for d in range(rank)]
+    out = []
+    for t, s in zip(ins, padded):
+        if any(s[d] != 1 and s[d] > target[d] for d in range(rank)):
+            off = rank - t.dim()
+            for d in range(t.dim()):
+                if t.shape[d] != 1 and t.shape[d] > target[d + off]:
+                    t = t.narrow(d, 0, target[d + off])
+        out.append(t)
+    return out
+
+
 def _run_node(run: _Run, n) -> None:
     env = run.env
     op = n.op
@@ -180,6 +241,8 @@ def _run_node(run: _Run, n) -> None:
         return
     ins = [env[i] for i in n.inputs]
     dt = n.dtype
+    if op in _ELEMENTWISE and len(ins) > 1:
+        ins = _common_valid(ins)
     if op in special.REGISTRY:
         env[n.id] = special.REGISTRY[op].run(n, ins, run.graph)
     elif op == "math":
@@ -187,13 +250,19 @@ def _run_node(run: _Run, n) -> None:
     elif op == "alloc":
         env[n.id] = torch.zeros(n.shape, dtype=dt.torch)
     elif op == "view":
-        offs = run.offsets(n, n.shape, ins[0].shape, "view")
         shape = n.shape
         if "valid_shape" in n.attrs:   # a valid part known only now: the ops after it see that part
             shape = tuple(s if v is None else max(0, min(int(run.ev(v)), s)) for v, s in zip(n.attrs["valid_shape"], n.shape))
+        # the input may itself hold only its valid part: the window keeps within it
+        shape = tuple(min(s, d) for s, d in zip(shape, ins[0].shape)) if ins[0].shape != n.shape else shape
+        offs = run.offsets(n, shape, ins[0].shape, "view")
         env[n.id] = _window(ins[0], offs, shape)
     elif op == "reshape":
-        env[n.id] = ins[0].reshape(n.shape)
+        x = ins[0]
+        if x.numel() == math.prod(n.shape) and "valid_shape" not in n.attrs:
+            env[n.id] = x.reshape(n.shape)
+        else:
+            env[n.id] = _reshape_valid(run, n, x)
     elif op == "transpose":
         if "perm" in n.attrs:
             env[n.id] = ins[0].permute(*n.attrs["perm"]).contiguous()
@@ -227,8 +296,9 @@ def _run_node(run: _Run, n) -> None:
         env[n.id] = torch.where(ins[0].to(torch.bool), x.to(dt.torch), y.to(dt.torch))
     elif op == "assemble":
         dst = ins[1]
-        offs = run.offsets(n, n.shape, dst.shape, "assemble into")
-        _window(dst, offs, n.shape).copy_(ins[0])
+        src = ins[0]   # its valid part (a tensor whose valid shape is known only at run time holds just that)
+        offs = run.offsets(n, tuple(src.shape), dst.shape, "assemble into")
+        _window(dst, offs, tuple(src.shape)).copy_(src)
     elif op == "matmul":
         a, b = ins[0], ins[1]
         if n.attrs["a_trans"]:
@@ -255,14 +325,7 @@ def _run_node(run: _Run, n) -> None:
             r = x.amax(dim=d, keepdim=True) if op == "amax" else x.amin(dim=d, keepdim=True)
         env[n.id] = r if n.attrs["keepdim"] else r.squeeze(d)
     elif op == "cast":
-        x = ins[0]
-        if dt.lab in _FLOAT or dt.torch.is_floating_point:  # also fp64 and the 8-bit floats
-            env[n.id] = x.to(dt.torch)
-        elif dt.torch is torch.bool:
-            env[n.id] = x != 0
-        else:
-            info = torch.iinfo(dt.torch)
-            env[n.id] = torch.round(_f32(x).double()).clamp(info.min, info.max).to(dt.torch)
+        env[n.id] = cast_rules.cast(ins[0], dt.torch, n.attrs.get("mode"), n.attrs.get("satmode"))
     else:
         env[n.id] = _elementwise(op, ins, run.ev(n.attrs.get("scalar")), dt)
 

@@ -8,6 +8,7 @@ numerics and leaves the simulated run in ``kernel.last_run``.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import functools
 import inspect
 import time
@@ -20,7 +21,7 @@ import torch
 from ..fileio import write_json_atomic
 from ..hw.chip import PIPES, Chip, get_chip
 from ..hw.simulator import simulate
-from . import config, loops, ops, sim_output
+from . import config, formats, loops, ops, sim_output
 from .blocks import BlockGraph, build_block_graph, cube_core_ids, n_core_ids, vector_core_ids
 from .dtypes import RunMode, SymbolicDim, bind_dims, from_torch
 from .errors import NoNPUError, ShapeError, TraceError, UnwrittenOutputWarning
@@ -34,6 +35,7 @@ from .tensor import Tensor, Trace, spec_matches
 from .tiling import TileGraph, build_tile_graph
 
 DEFAULT_CHIP = "Ascend910B1"
+COMPILE_SECONDS = [0.0]   # seconds spent compiling kernels in this process (pypto_impl.GetCompilerMonitorTotalElapsed)
 
 
 def lower(graph: TensorGraph, chip: Chip, double_buffer: bool) -> tuple[TileGraph, BlockGraph, ExecuteGraph]:
@@ -209,13 +211,15 @@ class CompiledKernel:
         else:
             frac, bound = (total["traffic"] / (cycles * chip.hbm_bytes_per_cycle()) if cycles else 0.0), "memory"
         tl = base["timeline"]
+        # the roofline: the Cube's flops at its peak for their dtype, or the GM bytes at HBM bandwidth
+        roof_s = builtins.max(float(total["cube_time"]), float(total["traffic"]) / (chip.hbm_gbps * 1e9))
         return RunResult(
             name=self.name, chip=chip.name, cycles=cycles, time_us=time_us,
             pipe_busy={p: max(0.0, float(total["busy"][i])) for i, p in enumerate(PIPES)},
             pipe_busy_max_core={p: max(0.0, float(total["busy_max"][i])) for i, p in enumerate(PIPES)},
             buffer_peak=dict(base["peak"]), flops=float(total["flops"]), gm_bytes=float(total["traffic"]),
             fraction_of_peak=frac, bound=bound, cores_used=self.block_graph.cores_used(), groups=base["groups"],
-            timeline=tl, _chip=chip, loops=loop_info, simulated_cycles=base["cycles"],
+            timeline=tl, _chip=chip, loops=loop_info, simulated_cycles=base["cycles"], roofline_us=roof_s * 1e6,
             loop_spans=self._loop_spans(tl) if loop_info and exact is None else [])
 
     def _loop_spans(self, tl) -> list[dict]:
@@ -320,14 +324,19 @@ class JitKernel:
         chip = self._chip()
         bound = self.signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        tensors, others, bindings = [], [], {}
+        tensors, others, bindings, formats_in = [], [], {}, {}
         for name, value in bound.arguments.items():
             ann = self.signature.parameters[name].annotation
             if isinstance(value, torch.Tensor):
-                if value.device.type != "cpu":
+                if not value.is_cpu:   # (a stand-in NPU tensor reports device npu but holds its data on the CPU)
                     raise TraceError(f"argument {name!r} is on {value.device}: pypto_lab runs in SIM mode on the CPU; "
                                      "pass CPU tensors")
                 dt = from_torch(value.dtype, f"argument {name!r}")
+                fmt = formats.storage_format(value)
+                formats.check_argument(name, value, ann, fmt)
+                if fmt == formats.NZ:
+                    formats.check_nz_shape(name, value.shape, value.element_size())
+                    formats_in[name] = fmt
                 if isinstance(ann, Tensor):
                     why = spec_matches(ann, value.shape, dt)
                     if why:
@@ -350,14 +359,17 @@ class JitKernel:
         st = config.STATE
         key = (chip.name, tuple((n, tuple(v.shape), dt.name) for n, v, dt in tensors),
                tuple((n, _freeze(v)) for n, v in others), st.vec_tile, st.cube_tile,
-               _freeze(st.pass_options), _freeze(self.pass_options), _freeze(bindings))
+               _freeze(st.pass_options), _freeze(self.pass_options), _freeze(bindings), _freeze(formats_in))
         compiled = self._cache.get(key)
         if compiled is None:
-            compiled = self._cache[key] = self._compile(chip, bound, tensors, bindings)
+            compiled = self._cache[key] = self._compile(chip, bound, tensors, bindings, formats_in)
         self.last_compiled = compiled
         counts: dict = {}
-        env = run_graph(compiled.tensor_graph, [v for _, v, _ in tensors], counts)
+        computed = config.values_computed()
+        env = run_graph(compiled.tensor_graph, [v for _, v, _ in tensors], counts, compute=computed)
         self.last_run = compiled.run_result(counts)
+        if not computed:
+            self.last_run = dataclasses.replace(self.last_run, values_computed=False)
         # as the real SIM launcher does after every launch: the cost model's swimlane under ./output/
         self.last_run.swimlane_path = sim_output.write_swimlane(self.last_run)
         rets = [env[r] for r in compiled.tensor_graph.returns]
@@ -365,7 +377,7 @@ class JitKernel:
             return None
         return rets[0] if len(rets) == 1 else tuple(rets)
 
-    def _compile(self, chip: Chip, bound, tensors, bindings) -> CompiledKernel:
+    def _compile(self, chip: Chip, bound, tensors, bindings, formats_in=None) -> CompiledKernel:
         t0 = time.perf_counter()
         st = config.STATE
         saved = (st.vec_tile, st.cube_tile, st.cube_tile_raw, dict(st.pass_options), st.trace, st.semantic_label)
@@ -377,7 +389,10 @@ class JitKernel:
             with bind_dims(bindings):
                 call_args = dict(bound.arguments)
                 for name, value, dt in tensors:
-                    node = graph.add("param", [], value.shape, dt, {"name": name})
+                    attrs = {"name": name}
+                    if formats_in and name in formats_in:
+                        attrs["format"] = formats_in[name]
+                    node = graph.add("param", [], value.shape, dt, attrs)
                     trace.data[node.id] = value
                     graph.params.append(node.id)
                     graph.param_names.append(name)
@@ -407,6 +422,7 @@ class JitKernel:
         else:
             copies, wave, cost_graph, paths = {}, {}, graph, []
         tg, bg, eg = lower(cost_graph, chip, double_buffer)
+        COMPILE_SECONDS[0] += time.perf_counter() - t0
         return CompiledKernel(self.func.__name__, chip, graph, tg, bg, eg, time.perf_counter() - t0,
                               cost_graph, copies, paths, double_buffer, wave)
 

@@ -260,14 +260,30 @@ def sum(input, dim=-1, keepdim=False):
 
 
 def cast(input, dtype, mode=None, satmode=None):
-    """``input`` converted to ``dtype`` (round to nearest even)."""
+    """``input`` converted to ``dtype``: the rounding of ``mode`` (`CastMode`; ``CAST_NONE``, the
+    default, is TRUNC from a float to an integer and RINT otherwise) and, to an integer, the overflow
+    rule of ``satmode`` (`SaturationMode`: OFF wraps, ON clamps). `cast_rules` has the details."""
+    from .enums import CastMode, SaturationMode
+
     tr = current_trace("pypto.cast")
     x = _tensor(input, "cast")
     dt = as_dtype(dtype, "cast dtype")
-    if dt is x.dtype:
+    if mode is not None and not isinstance(mode, CastMode):
+        raise DTypeError(f"pypto.cast(..., mode={mode!r}): not a CastMode. Rule: mode is one of pypto.CastMode "
+                         f"({', '.join(m.name for m in CastMode)}). Fix: e.g. mode=pypto.CastMode.CAST_RINT")
+    if satmode is not None and not isinstance(satmode, SaturationMode):
+        raise DTypeError(f"pypto.cast(..., satmode={satmode!r}): not a SaturationMode. Rule: satmode is "
+                         "pypto.SaturationMode.OFF or .ON. Fix: satmode=pypto.SaturationMode.ON to clamp")
+    explicit = mode is not None and mode is not CastMode.CAST_NONE
+    if dt is x.dtype and not (explicit and dt.torch.is_floating_point):
         return x
     _vec_check("cast", x.shape, [x.dtype, dt])
-    out = tr.new("cast", [x._id], x.shape, dt, {"src": x.dtype.name}, vec=True)
+    attrs = {"src": x.dtype.name}
+    if mode is not None:
+        attrs["mode"] = mode
+    if satmode is not None:
+        attrs["satmode"] = satmode
+    out = tr.new("cast", [x._id], x.shape, dt, attrs, vec=True)
     tr.note_read(x._id, out._id)
     return out
 
@@ -316,6 +332,13 @@ def reshape(input, shape, *, valid_shape=None, inplace=False):
         raise ShapeError(f"reshape of shape {x.shape} ({n} elements) to {shape} ({math.prod(shape)} elements): "
                          "the number of elements must stay the same")
     attrs = {}
+    if valid_shape is not None:
+        if len(valid_shape) != len(shape):
+            raise ShapeError(f"reshape: valid_shape {list(valid_shape)} for shape {list(shape)}. Rule: one valid size "
+                             "per axis of the new shape")
+        # the valid part of the result (what a view with a valid shape holds, reshaped), applied when
+        # the kernel runs
+        attrs["valid_shape"] = tuple(v if is_symbolic(v) else int(_as_int(v)) for v in valid_shape)
     reg = tr.gm_region(x._id)
     out = tr.new("reshape", [x._id], shape, x.dtype, attrs)
     if reg is not None:
@@ -337,14 +360,21 @@ def view(input, shape=None, offsets=None, *, valid_shape=None, dtype=None):
     if len(shape) != x.ndim or len(offsets) != x.ndim:
         raise ShapeError(f"view of a rank-{x.ndim} tensor needs {x.ndim} sizes and offsets; got shape {shape}, "
                          f"offsets {offsets}")
+    run_valid = valid_of(valid_shape)
     for d, (o, s, n) in enumerate(zip(offsets, shape, x.shape)):
         h = hint_of(o)
-        if s <= 0 or (h is not None and (h < 0 or h + s > n)):
+        # a valid size read from tensor data bounds the window instead of the shape (the real
+        # framework moves only the valid part: a 256-row view of which 128 rows are valid may start
+        # 128 rows before the end); it is checked again when the kernel runs
+        v = run_valid[d] if run_valid is not None else None
+        s_used = s if v is None else hint_of(v)
+        if s <= 0 or (h is not None and s_used is not None and (h < 0 or h + builtins.min(s, s_used) > n)):
             at = f"{o} (= {h} in the iteration traced)" if is_symbolic(o) else f"{o}"
             raise ShapeError(f"view: dimension {d} takes {s} elements from offset {at} of a dimension of size {n}; "
-                             f"the rule is 0 <= offset and offset + size <= {n}")
+                             f"the rule is 0 <= offset and offset + size <= {n}"
+                             + (" (the size being the valid size when that is known only at run time)" if v is not None
+                                else ""))
     attrs = {"offsets": tuple(offsets)}
-    run_valid = valid_of(valid_shape)
     if run_valid is not None:
         attrs["valid_shape"] = run_valid
     elif all(not is_symbolic(o) and o == 0 for o in offsets) and shape == x.shape:
@@ -375,9 +405,10 @@ def assemble(input, offsets, out=None, parallel=False):
     if src.ndim != dst.ndim or len(offsets) != dst.ndim:
         raise ShapeError(f"assemble: source shape {src.shape}, offsets {offsets} and destination shape {dst.shape} "
                          "must have the same rank")
+    partial = src._id in tr.partial   # holds its valid part only, known when the kernel runs: checked then
     for d, (o, s, n) in enumerate(zip(offsets, src.shape, dst.shape)):
         o = hint_of(o)
-        if o is not None and (o < 0 or o + s > n):
+        if o is not None and (o < 0 or (o + s > n and not partial)):
             raise ShapeError(f"assemble: source of shape {src.shape} at offsets {offsets} does not fit the destination "
                              f"of shape {dst.shape} (dimension {d}: {o} + {s} > {n}). Fix the offsets or slice the source")
     if src.dtype is not dst.dtype:

@@ -38,6 +38,8 @@ class RunResult:
     simulated_cycles: float = 0.0                         # cycles of the simulated timeline (loops: base copies)
     loop_spans: list[dict] = field(default_factory=list)  # per (loop, variant): its copies' span in the timeline
     swimlane_path: str | None = None                      # the merged_swimlane.json a SIM run writes (`sim_output`)
+    roofline_us: float = 0.0                              # max(Cube flops at peak, GM bytes at HBM bandwidth)
+    values_computed: bool = True                          # False: a cost-only run (`pto.config.cost_only`)
 
     @property
     def instructions(self) -> Timeline:
@@ -49,7 +51,7 @@ class RunResult:
                 "buffer_peak": dict(self.buffer_peak), "flops": self.flops, "gm_bytes": self.gm_bytes,
                 "fraction_of_peak": self.fraction_of_peak, "bound": self.bound, "cores_used": self.cores_used,
                 "groups": self.groups, "instruction_count": len(self.timeline) if self.timeline is not None else 0,
-                "loops": self.loops}
+                "loops": self.loops, "roofline_us": self.roofline_us, "values_computed": self.values_computed}
 
     def summary(self) -> str:
         what = "of the Cube's peak" if self.bound == "cube" else "of HBM bandwidth"

@@ -53,6 +53,9 @@ class Trace:
         self.sym_roots: set[int] = set()  # GM roots accessed at symbolic offsets (not checked at trace time)
         self.scalar_roots: set[int] = set()  # GM roots read element by element as SymbolicScalars
         self.data: dict = {}   # param node id -> the first call's tensor (hints of scalar reads)
+        # tensors that may hold only part of their shape when the kernel runs: a view (or reshape)
+        # whose valid_shape is read from tensor data, and everything computed from one
+        self.partial: set[int] = set()
 
     def read_hint(self, tid: int, ix: tuple, expr=None):
         """The value a scalar read has in the call being traced (its hint), or None."""
@@ -109,6 +112,10 @@ class Trace:
             self._check_body_values(inputs)
         node = self.graph.add(op, inputs, shape, dtype, attrs, st.vec_tile if vec else None,
                               st.cube_tile if cube else None, "/".join(self.loops), _where())
+        if self.partial and op != "assemble" and any(i in self.partial for i in inputs):
+            self.partial.add(node.id)
+        elif attrs and "valid_shape" in attrs:
+            self.partial.add(node.id)
         return Tensor._bound(self, node.id)
 
     def node(self, tid: int):
@@ -278,7 +285,9 @@ class Tensor:
     @classmethod
     def _bound(cls, trace: Trace, tid: int) -> Tensor:
         t = cls.__new__(cls)
-        t.spec_shape = t.spec_dtype = t.format = None
+        t.spec_shape = t.spec_dtype = None
+        t.format = TileOpFormat.TILEOP_NZ if trace.graph.nodes[tid].attrs.get("format") == "NZ" else \
+            TileOpFormat.TILEOP_ND
         t.name = ""
         t._trace, t._id = trace, tid
         return t
@@ -392,6 +401,19 @@ class Tensor:
 
     def __len__(self):
         return self.shape[0]
+
+    # ---- cache policy (recorded on the node: the L2 is not modelled tensor by tensor) ----
+    def set_cache_policy(self, policy, value: bool) -> None:
+        """``t.set_cache_policy(pypto.CachePolicy.NONE_CACHEABLE, True)``: recorded on the tensor's node."""
+        from .enums import CachePolicy
+
+        if not isinstance(policy, CachePolicy):
+            raise TraceError(f"set_cache_policy({policy!r}, ...): not a pypto.CachePolicy. Fix: "
+                             "pypto.CachePolicy.NONE_CACHEABLE")
+        self._node().attrs.setdefault("cache_policy", {})[policy.name] = bool(value)
+
+    def get_cache_policy(self, policy) -> bool:
+        return bool(self._node().attrs.get("cache_policy", {}).get(getattr(policy, "name", policy), False))
 
     # ---- slicing ----
     def _parse_key(self, key):

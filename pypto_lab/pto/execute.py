@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from ..hw import numerics
-from . import cast_rules, ops_math, special
+from . import batched, cast_rules, ops_math, special
 from .errors import LoopError, SymbolicIndexError
 from .graph import ELEMENTWISE, TensorGraph
 from .loops import guards_hold
@@ -74,6 +74,7 @@ class _Run:
     def __init__(self, graph: TensorGraph, env: dict, counts: dict, compute: bool = True):
         self.graph, self.env, self.counts, self.compute = graph, env, counts, compute
         self.idx: dict[int, int] = {}
+        self.plans: dict[int, dict | None] = {}   # loop node -> how it runs batched (`batched.plan`), None: it does not
 
     def read(self, tid: int, ix: tuple, expr: SymbolicScalar) -> int:
         t = self.env.get(tid)
@@ -160,6 +161,13 @@ class _Run:
         for k, c in enumerate(np.bincount(sel, minlength=len(variants)).tolist()):
             if c:
                 counts[(n.id, k)] = counts.get((n.id, k), 0) + c
+        if its.size > 1 and self.compute:
+            p = self.plans.get(n.id, 0)
+            if p == 0:
+                p = self.plans[n.id] = batched.plan(self.graph, n)
+            if p is not None and batched.run_batched(self, n, its, sel, p):
+                self.idx.pop(n.id, None)
+                return
         ranges = [(var["lo"], var["hi"]) for var in variants]
         idx, run, lid = self.idx, self.run, n.id
         for it, v in zip(its.tolist(), sel.tolist()):
@@ -235,20 +243,31 @@ def _common_valid(ins: list) -> list:
 
 
 def _run_node(run: _Run, n) -> None:
-    env = run.env
-    op = n.op
-    if op == "param":
+    if n.op == "param":
         return
-    ins = [env[i] for i in n.inputs]
+    out = _compute(run, n, [run.env[i] for i in n.inputs])
+    if out is not None:
+        run.env[n.id] = out
+
+
+def _elementwise_node(run: _Run, n, ins: list) -> torch.Tensor:
+    """The value of an element-wise, reduction or matmul node from its operand values (which may
+    carry a leading axis of iterations: `batched`)."""
+    return _compute(run, n, ins)
+
+
+def _compute(run: _Run, n, ins: list):
+    """The value of node ``n`` from its operands' values (None for an assemble, which writes)."""
+    op = n.op
     dt = n.dtype
     if op in _ELEMENTWISE and len(ins) > 1:
         ins = _common_valid(ins)
     if op in special.REGISTRY:
-        env[n.id] = special.REGISTRY[op].run(n, ins, run.graph)
+        return special.REGISTRY[op].run(n, ins, run.graph)
     elif op == "math":
-        env[n.id] = ops_math.compute(n, ins)
+        return ops_math.compute(n, ins)
     elif op == "alloc":
-        env[n.id] = torch.zeros(n.shape, dtype=dt.torch)
+        return torch.zeros(n.shape, dtype=dt.torch)
     elif op == "view":
         shape = n.shape
         if "valid_shape" in n.attrs:   # a valid part known only now: the ops after it see that part
@@ -256,20 +275,20 @@ def _run_node(run: _Run, n) -> None:
         # the input may itself hold only its valid part: the window keeps within it
         shape = tuple(min(s, d) for s, d in zip(shape, ins[0].shape)) if ins[0].shape != n.shape else shape
         offs = run.offsets(n, shape, ins[0].shape, "view")
-        env[n.id] = _window(ins[0], offs, shape)
+        return _window(ins[0], offs, shape)
     elif op == "reshape":
         x = ins[0]
         if x.numel() == math.prod(n.shape) and "valid_shape" not in n.attrs:
-            env[n.id] = x.reshape(n.shape)
+            return x.reshape(n.shape)
         else:
-            env[n.id] = _reshape_valid(run, n, x)
+            return _reshape_valid(run, n, x)
     elif op == "transpose":
         if "perm" in n.attrs:
-            env[n.id] = ins[0].permute(*n.attrs["perm"]).contiguous()
+            return ins[0].permute(*n.attrs["perm"]).contiguous()
         else:
-            env[n.id] = ins[0].transpose(n.attrs["dim0"], n.attrs["dim1"]).contiguous()
+            return ins[0].transpose(n.attrs["dim0"], n.attrs["dim1"]).contiguous()
     elif op == "full":
-        env[n.id] = torch.full(n.shape, n.attrs["value"], dtype=torch.float64).to(dt.torch)
+        return torch.full(n.shape, n.attrs["value"], dtype=torch.float64).to(dt.torch)
     elif op == "arange":
         # index * step + start, in the output dtype (fp32: two rounded vector ops)
         idx = torch.arange(n.shape[0], dtype=torch.float64 if dt.lab not in _FLOAT else torch.float32)
@@ -277,23 +296,25 @@ def _run_node(run: _Run, n) -> None:
             r = _round(_round(idx * n.attrs["step"], dt).float() + n.attrs["start"], dt)
         else:
             r = (idx * n.attrs["step"] + n.attrs["start"]).to(dt.torch)
-        env[n.id] = r
+        return r
     elif op == "expand":
-        env[n.id] = ins[0].expand(*n.shape).clone()
+        x = ins[0]
+        lead = tuple(x.shape[:x.dim() - len(n.shape)])   # a leading axis of iterations (`batched`)
+        return x.expand(*lead, *n.shape).clone()
     elif op in ("cmp", "cmps"):
         a = ins[0]
         b = ins[1] if op == "cmp" else n.attrs["scalar"]
         fn = {"eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge}
-        env[n.id] = fn[n.attrs["mode"]](a, b)
+        return fn[n.attrs["mode"]](a, b)
     elif op == "logical_and":
-        env[n.id] = torch.logical_and(ins[0], ins[1])
+        return torch.logical_and(ins[0], ins[1])
     elif op == "logical_not":
-        env[n.id] = torch.logical_not(ins[0])
+        return torch.logical_not(ins[0])
     elif op == "where":
         it = iter(ins[1:])
         x = next(it) if "x" not in n.attrs else torch.tensor(n.attrs["x"], dtype=dt.torch)
         y = next(it) if "y" not in n.attrs else torch.tensor(n.attrs["y"], dtype=dt.torch)
-        env[n.id] = torch.where(ins[0].to(torch.bool), x.to(dt.torch), y.to(dt.torch))
+        return torch.where(ins[0].to(torch.bool), x.to(dt.torch), y.to(dt.torch))
     elif op == "assemble":
         dst = ins[1]
         src = ins[0]   # its valid part (a tensor whose valid shape is known only at run time holds just that)
@@ -309,10 +330,10 @@ def _run_node(run: _Run, n) -> None:
         bias = ins[2].reshape(-1) if len(ins) > 2 else None  # added to the fp32 accumulator (BiasTable)
         if ind == "int8":
             r = numerics.matmul_int8(a, b, bias=bias)
-            env[n.id] = r.to(dt.torch) if dt.lab != "int32" else r
+            return r.to(dt.torch) if dt.lab != "int32" else r
         else:
             out = dt.lab if dt.lab in _FLOAT else None
-            env[n.id] = numerics.matmul(a, b, dtype=ind, out_dtype=out, bias=bias).to(dt.torch)
+            return numerics.matmul(a, b, dtype=ind, out_dtype=out, bias=bias).to(dt.torch)
     elif op in ("amax", "amin", "sum"):
         x = ins[0]
         d = n.attrs["dim"]
@@ -323,11 +344,11 @@ def _run_node(run: _Run, n) -> None:
                 r = x.sum(dim=d, keepdim=True, dtype=dt.torch)
         else:
             r = x.amax(dim=d, keepdim=True) if op == "amax" else x.amin(dim=d, keepdim=True)
-        env[n.id] = r if n.attrs["keepdim"] else r.squeeze(d)
+        return r if n.attrs["keepdim"] else r.squeeze(d)
     elif op == "cast":
-        env[n.id] = cast_rules.cast(ins[0], dt.torch, n.attrs.get("mode"), n.attrs.get("satmode"))
+        return cast_rules.cast(ins[0], dt.torch, n.attrs.get("mode"), n.attrs.get("satmode"))
     else:
-        env[n.id] = _elementwise(op, ins, run.ev(n.attrs.get("scalar")), dt)
+        return _elementwise(op, ins, run.ev(n.attrs.get("scalar")), dt)
 
 
 def _elementwise(op, ins, s, dt) -> torch.Tensor:

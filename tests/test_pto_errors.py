@@ -138,12 +138,35 @@ def test_cube_tiles_overflow_l0_and_l1(tiles, buf):
 
 
 def test_cube_tile_alignment():
+    """The real CheckCubeTiling's rules: k_l0 and n_l0 multiples of 16 elements; m_l0 free unless A
+    is transposed (then 32 bytes)."""
     def k(a: pypto.Tensor[...], b: pypto.Tensor[...]):
-        pypto.set_cube_tile_shapes([24, 24], [64, 64], [64, 64])
+        pypto.set_cube_tile_shapes([16, 16], [24, 24], [64, 64])
         return pypto.matmul(a, b, pypto.DT_FP16)
     a = torch.randn(64, 64, dtype=torch.float16)
-    with pytest.raises(pypto.TileAlignmentError, match="m_l0 = 24.*m_l0 = 32"):
+    with pytest.raises(pypto.TileAlignmentError, match="k_l0 = 24.*k_l0 = 32"):
         pypto.frontend.jit(k)(a, a)
+
+    def m8(a: pypto.Tensor[...], b: pypto.Tensor[...]):
+        pypto.set_cube_tile_shapes([8, 8], [64, 64], [64, 64])
+        return pypto.matmul(a, b, pypto.DT_FP16)
+    assert torch.allclose(pypto.frontend.jit(m8)(a, a).float(), (a.float() @ a.float()), rtol=1e-2, atol=1e-1)
+
+    def m8t(a: pypto.Tensor[...], b: pypto.Tensor[...]):
+        pypto.set_cube_tile_shapes([8, 8], [64, 64], [64, 64])
+        return pypto.matmul(a, b, pypto.DT_FP16, a_trans=True)
+    with pytest.raises(pypto.TileAlignmentError, match="m_l0 = 8.*A is transposed"):
+        pypto.frontend.jit(m8t)(a, a)
+
+
+def test_cube_tile_capacity_counts_the_part_the_matmul_uses():
+    """A tile larger than the matrix uses only the matrix's size (the real framework's
+    min(tile, view)): n_l0 = 128 against n = 24 needs 512 x 32 fp32 of L0B, which fits 64 KB."""
+    def k(a: pypto.Tensor[...], b: pypto.Tensor[...]):
+        pypto.set_cube_tile_shapes([16, 16], [512, 1024], [128, 128])
+        return pypto.matmul(a, b, pypto.DT_FP32, b_trans=True)
+    a, b = torch.randn(16, 1024), torch.randn(24, 1024)
+    assert torch.allclose(pypto.frontend.jit(k)(a, b), a @ b.T, rtol=1e-4, atol=1e-3)
 
 
 def test_operation_before_any_tile_shape():

@@ -480,7 +480,7 @@ def matmul(input, mat2, out_dtype=None, *, a_trans=False, b_trans=False, c_matri
             f"matmul {list(a.shape)} @ {list(b.shape)} is traced before any cube tile shape is set. Rule: the Cube "
             "works on tiles set by pypto.set_cube_tile_shapes([m_l0, m_l1], [k_l0, k_l1], [n_l0, n_l1]). Fix: call "
             "e.g. pypto.set_cube_tile_shapes([64, 64], [64, 256], [64, 64]) before it")
-    check_cube_tile(tr.chip, tile, a.dtype, m, ka, n, f"matmul {list(a.shape)} @ {list(b.shape)}")
+    check_cube_tile(tr.chip, tile, a.dtype, m, ka, n, f"matmul {list(a.shape)} @ {list(b.shape)}", a_trans=bool(a_trans))
     inputs = [a._id, b._id]
     if bias is not None:
         if bias.shape[-1] != n or math.prod(bias.shape) != n:

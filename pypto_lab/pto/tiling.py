@@ -18,7 +18,7 @@ import builtins
 import math
 from dataclasses import dataclass, field
 
-from ..hw.chip import Chip
+from ..hw.chip import DTYPE_BYTES, Chip
 from ..hw.tiling import CubeTile, TilingError, cube_fractal, cube_tile_bytes, default_cube_tile, plan_cube
 from . import special
 from .dtypes import DataType
@@ -57,33 +57,66 @@ def suggest_vec_tile(shape, dtype: DataType) -> tuple[int, ...]:
     return tuple(tile)
 
 
-def check_cube_tile(chip: Chip, tile: CubeTile, dtype: DataType, m: int, k: int, n: int, what: str):
-    """The rules of a cube tile shape for a matmul of ``m x k x n`` in ``dtype`` on ``chip``."""
+def _ceil(v: int, a: int) -> int:
+    return -(-int(v) // a) * a
+
+
+def effective_cube_tile(tile: CubeTile, dtype: str, m: int, k: int, n: int) -> CubeTile:
+    """The tile a matmul of ``m x k x n`` really uses: as in the real framework
+    (framework/src/interface/operation/cube_operation_impl.cpp at 883e7df: ``kL0Size = min(tileKL0,
+    kView - kOffset)``, ``nL0Size = min(nView - nOffset, tileNL0)``, ...), each L0 / L1 size is at most
+    the matrix's own size, here rounded up to whole fractals (the chip model's alignment: 16
+    elements, 32 for int8; an int8 ``m`` of 16 is therefore costed as a 32-row fractal pair)."""
+    a = 32 if DTYPE_BYTES.get(dtype, 2) == 1 else 16
+    f = tile.to_dict()
+    out = {}
+    for dim, size in (("m", m), ("k", k), ("n", n)):
+        l0 = _ceil(f[f"{dim}_l0"], a)
+        l0 = builtins.min(l0, _ceil(size, a))
+        l1 = builtins.max(l0, builtins.min(_ceil(f[f"{dim}_l1"], l0), _ceil(size, l0)))
+        out[f"{dim}_l0"], out[f"{dim}_l1"] = l0, l1
+    return CubeTile(**out)
+
+
+def check_cube_tile(chip: Chip, tile: CubeTile, dtype: DataType, m: int, k: int, n: int, what: str,
+                    a_trans: bool = False):
+    """The rules of a cube tile shape, as the real framework's ``CheckCubeTiling`` states them
+    (cube_operation_impl.cpp at 883e7df): every size > 0; ``k_l0`` and ``n_l0`` multiples of 16
+    elements and of 32 bytes; ``m_l0`` a multiple of 32 bytes only when A is transposed; each L1
+    size a multiple of its L0 size. Then the tile the matmul really uses (`effective_cube_tile`: at
+    most the matrix's size) must fit L0A / L0B / L0C / L1 on ``chip``."""
     lab = dtype.lab
     try:
         cube_fractal(chip, lab)
     except TilingError as e:
         raise DTypeError(f"{what}: {e}") from None
-    align = 16 if lab == "fp32" else 32 // dtype.bytes
-    for name, value in tile.to_dict().items():
-        if value % align:
-            fix = -(-value // align) * align
-            raise TileAlignmentError(
-                f"{what}: cube tile {name} = {value} is not a multiple of {align} elements. Rule: cube tile sizes are "
-                f"multiples of the {align}-element fractal side for {dtype!r} (32-byte aligned rows). Fix: {name} = {fix}")
     fields = tile.to_dict()
+    eb = dtype.bytes
+    rules = [("k_l0", 16, "16 elements"), ("n_l0", 16, "16 elements"),
+             ("k_l0", builtins.max(1, 32 // eb) if eb < 32 else 1, "32 bytes"),
+             ("n_l0", builtins.max(1, 32 // eb) if eb < 32 else 1, "32 bytes")]
+    if a_trans:
+        rules.append(("m_l0", builtins.max(1, 32 // eb), "32 bytes (A transposed)"))
+    for name, align, unit in rules:
+        value = fields[name]
+        if value % align:
+            raise TileAlignmentError(
+                f"{what}: cube tile {name} = {value} is not a multiple of {unit} ({align} elements of {dtype!r}). "
+                f"Rule (the real CheckCubeTiling): k_l0 and n_l0 are multiples of 16 elements and 32 bytes; m_l0 of "
+                f"32 bytes when A is transposed. Fix: {name} = {_ceil(value, align)}")
     for dim in ("m", "k", "n"):
         l0, l1 = fields[f"{dim}_l0"], fields[f"{dim}_l1"]
         if l0 > l1 or l1 % l0:
             raise TileShapeError(
                 f"{what}: cube tile [{dim}_l0, {dim}_l1] = [{l0}, {l1}]. Rule: {dim}_l1 is a multiple of {dim}_l0 "
                 f"(L1 holds whole L0 tiles). Fix: [{dim}_l0, {dim}_l1] = [{l0}, {max(l0, -(-l1 // l0) * l0)}]")
-    need = cube_tile_bytes(tile, lab, chip)
+    eff = effective_cube_tile(tile, lab, m, k, n)
+    need = cube_tile_bytes(eff, lab, chip)
     formulas = {
-        "L0A": f"m_l0 x k_l0 = {tile.m_l0} x {tile.k_l0} x {dtype.bytes} B",
-        "L0B": f"k_l0 x n_l0 = {tile.k_l0} x {tile.n_l0} x {dtype.bytes} B",
-        "L0C": f"m_l0 x n_l0 = {tile.m_l0} x {tile.n_l0} accumulators of {chip.cube.accumulator[lab]}",
-        "L1": f"(m_l1 + n_l1) x k_l1 = ({tile.m_l1} + {tile.n_l1}) x {tile.k_l1} x {dtype.bytes} B",
+        "L0A": f"m_l0 x k_l0 = {eff.m_l0} x {eff.k_l0} x {dtype.bytes} B",
+        "L0B": f"k_l0 x n_l0 = {eff.k_l0} x {eff.n_l0} x {dtype.bytes} B",
+        "L0C": f"m_l0 x n_l0 = {eff.m_l0} x {eff.n_l0} accumulators of {chip.cube.accumulator[lab]}",
+        "L1": f"(m_l1 + n_l1) x k_l1 = ({eff.m_l1} + {eff.n_l1}) x {eff.k_l1} x {dtype.bytes} B",
     }
     for buf in ("L0A", "L0B", "L0C", "L1"):
         cap = chip.buffer(buf).size_bytes
@@ -93,8 +126,9 @@ def check_cube_tile(chip: Chip, tile: CubeTile, dtype: DataType, m: int, k: int,
                 hint = f"pypto.set_cube_tile_shapes({fit[0]}, {fit[1]}, {fit[2]})"
             except TilingError:
                 hint = "smaller tiles on every dimension"
+            used = "" if eff == tile else f" (the part of it a {m} x {k} x {n} matmul uses: {list(eff.as_pypto())})"
             raise TileCapacityError(
-                f"{what}: cube tile {list(tile.as_pypto())} needs {need[buf]} bytes of {buf} ({formulas[buf]}), "
+                f"{what}: cube tile {list(tile.as_pypto())}{used} needs {need[buf]} bytes of {buf} ({formulas[buf]}), "
                 f"{buf} holds {cap} bytes on {chip.name}. Rule: one tile of each operand must fit its buffer. "
                 f"Fix: a tiling that fits: {hint}")
 
@@ -236,13 +270,13 @@ def build_tile_graph(graph: TensorGraph, chip: Chip, double_buffer: bool = True)
             a = n.attrs
             g.m, g.kk, g.n = a["m"], a["k"], a["n"]
             g.batch = math.prod(n.shape[:-2]) if len(n.shape) > 2 else 1
-            g.cube_tile = n.cube_tile
             g.in_dtype = nodes[n.inputs[0]].dtype.lab
+            g.cube_tile = effective_cube_tile(n.cube_tile, g.in_dtype, g.m, g.kk, g.n)
             g.out_dtype = n.dtype.lab
             if len(n.inputs) > 2:
                 g.bias_bytes = nodes[n.inputs[2]].dtype.bytes
             try:
-                g.plan = plan_cube(chip, n.cube_tile, g.in_dtype, g.m, g.kk, g.n, double_buffer,
+                g.plan = plan_cube(chip, g.cube_tile, g.in_dtype, g.m, g.kk, g.n, double_buffer,
                                    epilogue="bias" if g.bias_bytes else "none")
             except TilingError as e:  # check_cube_tile ran at trace time; this is a safety net
                 raise TileShapeError(str(e)) from None

@@ -156,8 +156,9 @@ _LITERAL_NODES = (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.BinO
 
 def _literal_like(node) -> bool:
     """A literal, or arithmetic of literals and plain names (``[8192] * b``): what a test writes
-    for a size; never a call, an attribute or a subscript (``q.shape[0]`` is not replaced)."""
-    return all(isinstance(n, _LITERAL_NODES) for n in ast.walk(node))
+    for a size; never a bare name, a call, an attribute or a subscript (``b = batch`` and
+    ``q.shape[0]`` are not replaced)."""
+    return not isinstance(node, ast.Name) and all(isinstance(n, _LITERAL_NODES) for n in ast.walk(node))
 
 
 class _SetParams(ast.NodeTransformer):
@@ -171,8 +172,8 @@ class _SetParams(ast.NodeTransformer):
         self.values = values
         self.changes: list[tuple[str, int, object, object]] = []
 
-    def _replace(self, name, node, lineno):
-        if not _literal_like(node):
+    def _replace(self, name, node, lineno, any_value=False):
+        if not any_value and not _literal_like(node):
             return node
         old = ast.unparse(node)
         try:
@@ -207,7 +208,8 @@ class _SetParams(ast.NodeTransformer):
         self.generic_visit(node)
         for i, key in enumerate(node.keys):
             if isinstance(key, ast.Constant) and key.value in self.values:
-                node.values[i] = self._replace(key.value, node.values[i], key.lineno)
+                # a test-case table ({"case_name": (sizes...)}) may build its sizes with a comprehension
+                node.values[i] = self._replace(key.value, node.values[i], key.lineno, any_value=True)
         return node
 
     def visit_keyword(self, node):
@@ -407,6 +409,22 @@ class Recorder:
         helper.__pto_recorded__ = True
         setattr(module, name, helper)
         self._saved.append((module, name, original))
+
+    def wrap_namespace(self, namespace: dict):
+        """The example file's own comparison helpers (``def topk_idx_compare(...)`` with an assert
+        inside): wrapped like the model folder's, in the namespace the test runs in."""
+        import re
+        import types
+
+        pattern = re.compile(r"compare|allclose")
+        holder = types.SimpleNamespace(__name__=os.path.splitext(os.path.basename(self.filename))[0])
+        for name, obj in list(namespace.items()):
+            code = getattr(obj, "__code__", None)
+            if (isinstance(obj, types.FunctionType) and pattern.search(name) and code is not None
+                    and os.path.abspath(code.co_filename) == self.filename):
+                setattr(holder, name, obj)
+                self.wrap_helper(holder, name)
+                namespace[name] = getattr(holder, name)
 
     def install_helpers(self, folder: str):
         """Wrap the comparison helpers of every module imported from ``folder`` (the model's own
@@ -650,6 +668,8 @@ def run(path: str, args: list[str], golden: bool = True, add_run_mode: bool = Tr
     try:
         exec(code, namespace)
         if call is not None:
+            if golden or cost_only:
+                recorder.wrap_namespace(namespace)
             print(f"[run_pypto_example] --call {_call_expr(call)}")
             eval(call_code, namespace)
     except SystemExit as exc:

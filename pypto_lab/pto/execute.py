@@ -210,12 +210,18 @@ def _reshape_valid(run: _Run, n, x: torch.Tensor) -> torch.Tensor:
             return x.reshape(target)
         if x.numel() == math.prod(n.shape):
             return _window(x.reshape(n.shape), (0,) * len(target), target)
+    full = tuple(run.graph.nodes[n.inputs[0]].shape)
+    first = next((d for d, (v, f) in enumerate(zip(x.shape, full)) if v < f), len(full))
     rest = math.prod(n.shape[1:])
-    if rest and x.numel() % rest == 0:
+    prefix = math.prod(full[:first]) == 1 and tuple(x.shape[first + 1:]) == full[first + 1:]
+    if prefix and rest and x.numel() % rest == 0:
+        # the valid part is a prefix of the row-major order: it stays one in the new shape
         return x.reshape((x.numel() // rest,) + tuple(n.shape[1:]))
-    raise SymbolicIndexError(f"reshape of a tensor holding {list(x.shape)} (its valid part) to {list(n.shape)} "
-                             f"({n.where or '?'}): the valid part does not map onto the new shape. Fix: pass "
-                             "valid_shape= to pypto.reshape")
+    # otherwise the tile's memory layout decides: the valid part in place, the rest zeros (the docs'
+    # view example shows the invalid region as zeros; on the chip it is whatever the buffer held)
+    padded = torch.zeros(full, dtype=x.dtype)
+    _window(padded, (0,) * len(full), tuple(x.shape)).copy_(x)
+    return padded.reshape(n.shape)
 
 
 _ELEMENTWISE = frozenset(ELEMENTWISE)
@@ -288,7 +294,10 @@ def _compute(run: _Run, n, ins: list):
         else:
             return ins[0].transpose(n.attrs["dim0"], n.attrs["dim1"]).contiguous()
     elif op == "full":
-        return torch.full(n.shape, n.attrs["value"], dtype=torch.float64).to(dt.torch)
+        shape = n.shape
+        if "valid_shape" in n.attrs:
+            shape = tuple(s if v is None else max(0, min(int(run.ev(v)), s)) for v, s in zip(n.attrs["valid_shape"], n.shape))
+        return torch.full(shape, n.attrs["value"], dtype=torch.float64).to(dt.torch)
     elif op == "arange":
         # index * step + start, in the output dtype (fp32: two rounded vector ops)
         idx = torch.arange(n.shape[0], dtype=torch.float64 if dt.lab not in _FLOAT else torch.float32)

@@ -7,9 +7,9 @@ at 883e7df), as far as pypto_lab models it.
   .transpose(0, 1)``, traced as those three ops (a transpose on the Vector unit each side of a
   batched matmul; the real op reads and writes the (M, B, ...) layout with strided moves instead,
   so its cost here is an upper bound).
-* ``online_softmax``, ``online_softmax_update``, ``nop``, ``gather_in_l1``, ``gather_in_ub``,
-  ``shmem_load``, ``shmem_store``: names of the real namespace that pypto_lab does not model yet;
-  calling one raises `NotModelledError` saying so.
+* ``gather_in_ub`` / ``gather_in_l1``: the paged-attention token gathers (`ops_index`).
+* ``online_softmax``, ``online_softmax_update``, ``nop``, ``shmem_load``, ``shmem_store``: names of
+  the real namespace that pypto_lab does not model yet; calling one raises `NotModelledError`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from __future__ import annotations
 from . import ops
 from .config import get_operation_options, set_operation_options
 from .errors import NotModelledError, ShapeError
+from .ops_index import gather_in_l1, gather_in_ub
 
-NOT_MODELLED = ("online_softmax", "online_softmax_update", "nop", "gather_in_l1", "gather_in_ub", "shmem_load",
-                "shmem_store")
+NOT_MODELLED = ("online_softmax", "online_softmax_update", "nop", "shmem_load", "shmem_store")
 
 
 def transposed_batchmatmul(tensor_a, tensor_b, out_dtype):
@@ -37,8 +37,8 @@ def _not_modelled(name: str):
     def op(*args, **kwargs):
         raise NotModelledError(
             f"pypto.experimental.{name}: pypto_lab does not model this experimental op of the real framework yet. "
-            f"Rule: the modelled experimental names are transposed_batchmatmul, set_operation_options and "
-            f"get_operation_options. Fix: write it with the modelled ops (e.g. amax/exp/sum for online_softmax), "
+            f"Rule: the modelled experimental names are transposed_batchmatmul, gather_in_ub, gather_in_l1, "
+            f"set_operation_options and get_operation_options. Fix: write it with the modelled ops (e.g. amax/exp/sum for online_softmax), "
             "or run this kernel on the real framework")
     op.__name__ = op.__qualname__ = name
     op.__doc__ = "Not modelled by pypto_lab: raises NotModelledError."
@@ -48,4 +48,5 @@ def _not_modelled(name: str):
 for _name in NOT_MODELLED:
     globals()[_name] = _not_modelled(_name)
 
-__all__ = ["set_operation_options", "get_operation_options", "transposed_batchmatmul", *NOT_MODELLED]
+__all__ = ["set_operation_options", "get_operation_options", "transposed_batchmatmul", "gather_in_ub", "gather_in_l1",
+           *NOT_MODELLED]

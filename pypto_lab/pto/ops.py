@@ -341,7 +341,12 @@ def reshape(input, shape, *, valid_shape=None, inplace=False):
         attrs["valid_shape"] = tuple(v if is_symbolic(v) else int(_as_int(v)) for v in valid_shape)
     reg = tr.gm_region(x._id)
     out = tr.new("reshape", [x._id], shape, x.dtype, attrs)
-    if reg is not None:
+    xn = tr.graph.nodes[x._id]
+    if reg is not None and reg[0] == x._id and not attrs:
+        # a whole GM tensor reshaped (in place or not, it is the same memory seen with another
+        # shape: the real framework writes through it): writes into it land in the original
+        tr.aliases[out._id] = tr.aliases.get(x._id, x._id) if xn.op == "reshape" else x._id
+    elif reg is not None:
         tr.note_read(x._id, out._id)
     return out
 
@@ -355,12 +360,11 @@ def view(input, shape=None, offsets=None, *, valid_shape=None, dtype=None):
     shape = list(x.shape) if shape is None else [int(_as_int(s)) for s in shape]
     offsets = [0] * len(shape) if offsets is None else [_offset(o) for o in offsets]
     if valid_shape is not None:
-        # shapes are concrete here: the valid part (the tail tile of a dynamic loop) is the view
-        shape = _valid(shape, valid_shape, "view")
+        _valid(shape, valid_shape, "view")   # checked; the view keeps its shape, its valid part is recorded
     if len(shape) != x.ndim or len(offsets) != x.ndim:
         raise ShapeError(f"view of a rank-{x.ndim} tensor needs {x.ndim} sizes and offsets; got shape {shape}, "
                          f"offsets {offsets}")
-    run_valid = valid_of(valid_shape)
+    run_valid = valid_of(valid_shape, shape)
     for d, (o, s, n) in enumerate(zip(offsets, shape, x.shape)):
         h = hint_of(o)
         # a valid size read from tensor data bounds the window instead of the shape (the real
@@ -729,11 +733,21 @@ def _valid(shape, valid_shape, op):
     return vs
 
 
-def valid_of(valid_shape):
-    """The run-time valid sizes to record on a node (None when all are known while tracing)."""
-    if valid_shape is None or not any(is_symbolic(v) for v in valid_shape):
+def valid_of(valid_shape, shape=None):
+    """The valid sizes to record on a node: per axis a SymbolicScalar (known when the kernel runs),
+    an int smaller than the axis (known now), or None (the whole axis); None when the whole
+    tensor is valid. A tensor with a valid part holds only that part when the kernel runs (the
+    real tile computes on its valid shape; beyond it, memory is undefined)."""
+    if valid_shape is None:
         return None
-    return tuple(v if is_symbolic(v) else None for v in valid_shape)
+    out = []
+    for d, v in enumerate(valid_shape):
+        if is_symbolic(v):
+            out.append(v)
+        else:
+            iv = int(_as_int(v))
+            out.append(iv if shape is not None and iv < shape[d] else None)
+    return tuple(out) if any(v is not None for v in out) else None
 
 
 def full(size, fill_value, dtype=None, *, valid_shape=None):
@@ -745,10 +759,14 @@ def full(size, fill_value, dtype=None, *, valid_shape=None):
     dt = as_dtype(dtype, "full dtype") if dtype is not None else (
         DT_BOOL if isinstance(v, bool) else DT_INT32 if isinstance(v, int) else DT_FP32)
     shape = [dim_value(s) if not isinstance(s, int) else s for s in size]
+    attrs = {"value": float(v)}
     if valid_shape is not None:
-        shape = _valid(shape, valid_shape, "full")
+        _valid(shape, valid_shape, "full")
+        run_valid = valid_of(valid_shape, shape)
+        if run_valid is not None:   # the tensor holds its valid part (known now or when the kernel runs)
+            attrs["valid_shape"] = run_valid
     _vec_check("full", shape, [dt])
-    return tr.new("full", [], shape, dt, {"value": float(v)}, vec=True)
+    return tr.new("full", [], shape, dt, attrs, vec=True)
 
 
 def zeros(size, dtype=DT_FP32, *, valid_shape=None):

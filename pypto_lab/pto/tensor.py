@@ -56,6 +56,7 @@ class Trace:
         # tensors that may hold only part of their shape when the kernel runs: a view (or reshape)
         # whose valid_shape is read from tensor data, and everything computed from one
         self.partial: set[int] = set()
+        self.aliases: dict[int, int] = {}   # in-place reshape node -> the param / alloc it reshapes
 
     def read_hint(self, tid: int, ix: tuple, expr=None):
         """The value a scalar read has in the call being traced (its hint), or None."""
@@ -123,9 +124,11 @@ class Trace:
 
     # ---- GM regions: which kernel argument (or pypto.tensor) a tensor is a window of ----
     def gm_region(self, tid: int):
-        """(root id, offsets) if tensor ``tid`` is a parameter / allocated tensor or a view of one."""
+        """(root id, offsets) if tensor ``tid`` is a parameter / allocated tensor, a view of one, or
+        an in-place reshape of one (``pypto.reshape(out, [...], inplace=True)``: the same GM seen
+        with another shape, its own root, `aliases` says of which tensor)."""
         n = self.graph.nodes[tid]
-        if n.op in ("param", "alloc"):
+        if n.op in ("param", "alloc") or tid in self.aliases:
             return tid, (0,) * len(n.shape)
         if n.op == "view" and "root" in n.attrs:
             return n.attrs["root"], n.attrs["root_offsets"]
@@ -147,15 +150,15 @@ class Trace:
 
     def check_outputs(self) -> None:
         """An output (a tensor the kernel writes) must not be read where it has not been written yet."""
-        written_roots = {e[1] for e in self.events if e[0] == "w"}
+        written_roots = {self.aliases.get(e[1], e[1]) for e in self.events if e[0] == "w"}
         masks: dict[int, np.ndarray] = {}
         for kind, root, offsets, shape, node_id, where in self.events:
-            if root not in written_roots or root in self.sym_roots:
+            base = self.aliases.get(root, root)
+            if base not in written_roots or base in self.sym_roots or root in self.sym_roots:
                 continue
-            rn = self.graph.nodes[root]
-            mask = masks.get(root)
-            if mask is None:
-                mask = masks[root] = np.zeros(rn.shape, bool)
+            mask = self._mask(masks, root)
+            rn = self.graph.nodes[base]
+            root = base
             sl = tuple(slice(o, o + s) for o, s in zip(offsets, shape))
             if kind == "w":
                 mask[sl] = True
@@ -169,6 +172,15 @@ class Trace:
                     "holds no data until the kernel writes it. Fix: compute from the inputs (or an intermediate "
                     "tensor) instead; to update a tensor in place, pass the old values as a separate input")
 
+    def _mask(self, masks: dict, root: int) -> np.ndarray:
+        """The written-elements mask of ``root``'s base tensor, seen in ``root``'s shape (an in-place
+        reshape shares its base's mask: a numpy view of it)."""
+        base = self.aliases.get(root, root)
+        mask = masks.get(base)
+        if mask is None:
+            mask = masks[base] = np.zeros(self.graph.nodes[base].shape, bool)
+        return mask if base == root else mask.reshape(self.graph.nodes[root].shape)
+
     def unwritten_arguments(self) -> list[str]:
         """Why each kernel argument that is left (partly) unwritten is suspicious: an argument the
         kernel neither reads nor writes, or an output it writes only in part."""
@@ -178,7 +190,9 @@ class Trace:
             if pid in self.sym_roots:
                 continue   # written at symbolic offsets: which elements depends on the run
             shape = list(self.graph.nodes[pid].shape)
-            writes = [e for e in self.events if e[0] == "w" and e[1] == pid]
+            if any(self.aliases.get(r) == pid for r in self.sym_roots):
+                continue
+            writes = [e for e in self.events if e[0] == "w" and self.aliases.get(e[1], e[1]) == pid]
             if not writes:
                 if pid not in used:
                     problems.append(
@@ -186,9 +200,10 @@ class Trace:
                         "output, it keeps the values it had before the call (whatever torch.empty left there). "
                         f"Fix: write it ({name}[:] = ...), or drop the argument")
                 continue
-            mask = np.zeros(shape, bool)
-            for _, _, offsets, wshape, _, _ in writes:
-                mask[tuple(slice(o, o + s) for o, s in zip(offsets, wshape))] = True
+            masks: dict[int, np.ndarray] = {}
+            for _, root, offsets, wshape, _, _ in writes:
+                self._mask(masks, root)[tuple(slice(o, o + s) for o, s in zip(offsets, wshape))] = True
+            mask = masks[pid]
             if not mask.all():
                 first = [int(i) for i in np.argwhere(~mask)[0]]
                 problems.append(

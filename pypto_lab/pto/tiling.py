@@ -224,11 +224,21 @@ def build_tile_graph(graph: TensorGraph, chip: Chip, double_buffer: bool = True)
         n = nodes[tid]
         if n.op in ("param", "alloc"):
             return set(root_writers.get(tid, ()))
+        if n.op == "reshape" and tid in root_writers:   # an in-place reshape written through
+            return set(root_writers[tid]) | writers(n.inputs[0])
         if tid in gm_writer:
             return {gm_writer[tid]}
         if n.op in ("view", "reshape"):
             return writers(n.inputs[0])
         return set()
+
+    def note_writer(root: int, gid: int) -> None:
+        """``gid`` writes into ``root``, and so into what an in-place reshape ``root`` reshapes."""
+        while True:
+            root_writers.setdefault(root, set()).add(gid)
+            if nodes[root].op != "reshape":
+                return
+            root = nodes[root].inputs[0]
 
     def materialise(tid: int) -> None:
         g = loc.get(tid)
@@ -298,7 +308,7 @@ def build_tile_graph(graph: TensorGraph, chip: Chip, double_buffer: bool = True)
             loc[n.id] = "gm"
             gm_writer[n.id] = g.id
             if special.REGISTRY[op].inplace and "root" in n.attrs:
-                root_writers.setdefault(n.attrs["root"], set()).add(g.id)
+                note_writer(n.attrs["root"], g.id)
             else:
                 cube_of[n.id] = g  # an output it is assembled into is written directly (no copy)
         elif op == "assemble":
@@ -306,11 +316,11 @@ def build_tile_graph(graph: TensorGraph, chip: Chip, double_buffer: bool = True)
             where = loc.get(src)
             if isinstance(where, int):
                 groups[where].stores.append((src, root, roff))
-                root_writers.setdefault(root, set()).add(where)
+                note_writer(root, where)
             elif src in cube_of and cube_of[src].dst is None:
                 g = cube_of[src]
                 g.dst = (root, roff)
-                root_writers.setdefault(root, set()).add(g.id)
+                note_writer(root, g.id)
             else:
                 if cur is not None:
                     cur.closed = True
@@ -323,7 +333,7 @@ def build_tile_graph(graph: TensorGraph, chip: Chip, double_buffer: bool = True)
                 g.deps |= writers(src)
                 g.stores.append((src, root, roff))
                 g.closed = True
-                root_writers.setdefault(root, set()).add(g.id)
+                note_writer(root, g.id)
         elif op in ELEMENTWISE or op in REDUCTIONS or op == "transpose":
             ref = nodes[n.inputs[0]].shape if (op in REDUCTIONS or op == "transpose") else n.shape
             join = (cur is not None and not cur.closed and op != "transpose" and n.vec_tile == cur.raw_tile

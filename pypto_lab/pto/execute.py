@@ -335,6 +335,11 @@ def _compute(run: _Run, n, ins: list):
             a = a.transpose(-1, -2)
         if n.attrs["b_trans"]:
             b = b.transpose(-1, -2)
+        if a.shape[-1] != b.shape[-2]:
+            # an operand holding its valid part only (valid shape known at run time): the Cube sums
+            # over the K both hold, the rest of the tile being no data
+            kk = min(a.shape[-1], b.shape[-2])
+            a, b = a.narrow(-1, 0, kk), b.narrow(-2, 0, kk)
         ind = run.graph.nodes[n.inputs[0]].dtype.lab
         bias = ins[2].reshape(-1) if len(ins) > 2 else None  # added to the fp32 accumulator (BiasTable)
         if ind == "int8":

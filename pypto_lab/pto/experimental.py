@@ -29,8 +29,19 @@ def transposed_batchmatmul(tensor_a, tensor_b, out_dtype):
         raise ShapeError(f"experimental.transposed_batchmatmul: shapes {list(a.shape)} and {list(b.shape)}. Rule: "
                          "tensor_a is (M, B, K) and tensor_b (B, K, N) with the same B and K. Fix: transpose or "
                          "reshape the operands to those layouts")
-    out = ops.matmul(ops.transpose(a, 0, 1), b, out_dtype)
-    return ops.transpose(out, 0, 1)
+    from . import config
+    from .tiling import suggest_vec_tile
+
+    saved = config.STATE.vec_tile
+    try:   # the transposes are this op's own data movement: tiled by a legal tile, not the caller's
+        config.STATE.vec_tile = suggest_vec_tile([a.shape[1], a.shape[0], a.shape[2]], a.dtype)
+        at = ops.transpose(a, 0, 1)
+        config.STATE.vec_tile = saved
+        out = ops.matmul(at, b, out_dtype)
+        config.STATE.vec_tile = suggest_vec_tile([out.shape[1], out.shape[0], out.shape[2]], out.dtype)
+        return ops.transpose(out, 0, 1)
+    finally:
+        config.STATE.vec_tile = saved
 
 
 def _not_modelled(name: str):

@@ -356,7 +356,9 @@ def view(input, shape=None, offsets=None, *, valid_shape=None, dtype=None):
     tr = current_trace("pypto.view")
     x = _tensor(input, "view")
     if dtype is not None:
-        raise TraceError("pypto.view: dtype= (reinterpretation) is not supported by pypto_lab")
+        if shape is not None or offsets is not None or valid_shape is not None:
+            x = view(x, shape, offsets, valid_shape=valid_shape)
+        return _reinterpret(tr, x, as_dtype(dtype, "view dtype"))
     shape = list(x.shape) if shape is None else [int(_as_int(s)) for s in shape]
     offsets = [0] * len(shape) if offsets is None else [_offset(o) for o in offsets]
     if valid_shape is not None:
@@ -388,6 +390,22 @@ def view(input, shape=None, offsets=None, *, valid_shape=None, dtype=None):
         attrs["root"] = reg[0]
         attrs["root_offsets"] = tuple(a + b for a, b in zip(reg[1], offsets))
     out = tr.new("view", [x._id], shape, x.dtype, attrs)
+    return out
+
+
+def _reinterpret(tr, x, dt):
+    """``pypto.view(x, dtype=dt)``: the bytes of each row read as ``dt`` (the last axis scales by the
+    ratio of the element sizes, as in the docs' fp32 -> int8 example); a copy through UB here."""
+    if dt is x.dtype:
+        return x
+    last = x.shape[-1] * x.dtype.bytes
+    if last % dt.bytes:
+        raise ShapeError(f"pypto.view(dtype={dt!r}): a row of {x.shape[-1]} {x.dtype!r} is {last} bytes, not whole "
+                         f"{dt!r} elements ({dt.bytes} bytes each). Rule: the last axis's bytes divide by the new "
+                         "element size. Fix: view a wider or narrower slice first")
+    shape = list(x.shape[:-1]) + [last // dt.bytes]
+    out = tr.new("bitcast", [x._id], shape, dt, {"rows": True})
+    tr.note_read(x._id, out._id)
     return out
 
 

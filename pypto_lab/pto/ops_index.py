@@ -167,7 +167,8 @@ def scatter_update(input, dim: int, index, src):
     Only the indexed rows move: MTE2 of the src tile and the indices, one MTE3 per row."""
     tr = current_trace("pypto.scatter_update")
     x, idx, s = (_tensor(t, "scatter_update") for t in (input, index, src))
-    _check_dtype("scatter_update", x, _UPDATE_DT)
+    # the docs list DT_FP32/FP16/BF16/INT32/INT16, but the framework's ScatterUpdate checks only the
+    # index's dtype (vector/indexing.cpp at 883e7df): rows of any dtype move (the models' int8 caches)
     _check_index("scatter_update", idx, ("int64", "int32", "int16"))
     check_dtype_same("scatter_update", x, s)
     if dim not in (-2, x.ndim - 2):

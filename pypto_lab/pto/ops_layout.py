@@ -152,6 +152,8 @@ def unpack(self, dstDataType):
 
 
 def _run_bitcast(n, ins, graph):
+    if n.attrs.get("rows"):   # pypto.view(x, dtype=...): row by row (the valid rows and bytes the input holds)
+        return ins[0].contiguous().view(n.dtype.torch).clone()
     return ins[0].contiguous().reshape(-1).view(torch.uint8).view(n.dtype.torch).clone()
 
 

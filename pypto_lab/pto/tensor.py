@@ -256,8 +256,20 @@ class Tensor:
 
     __slots__ = ("spec_shape", "spec_dtype", "name", "format", "_trace", "_id")
 
+    def __new__(cls, shape=None, dtype=None, name: str = "", format=None, *args, **kwargs):
+        # inside a kernel being traced, pypto.Tensor([16, 32], dtype) is a new GM buffer, as the real
+        # frontend's pypto.tensor (the same class there); an annotation stays an annotation
+        if (cls is Tensor and config.STATE.trace is not None and dtype is not None
+                and isinstance(shape, (list, tuple)) and shape
+                and all(isinstance(d, int) or hasattr(d, "__index__") for d in shape)
+                and not any(d is DYNAMIC or d is STATIC or d is Ellipsis for d in shape)):
+            return _ops().tensor(list(shape), dtype, name, format)
+        return object.__new__(cls)
+
     def __init__(self, shape=None, dtype=None, name: str = "", format=None, data_ptr=None, device=None,
                  ori_shape=None):
+        if getattr(self, "_trace", None) is not None:
+            return   # a buffer made by __new__ while tracing
         # the v0.2 annotations (python/pypto/tensor.py at 883e7df): Tensor(), Tensor([]), Tensor(...),
         # Tensor([...]): any shape; Tensor([pypto.DYNAMIC, 32]) / Tensor([pypto.STATIC, ...]): one entry per
         # dimension (DYNAMIC / DYN: any size; STATIC: the size of the first call, fixed at compile time; an
@@ -431,7 +443,9 @@ class Tensor:
         return bool(self._node().attrs.get("cache_policy", {}).get(getattr(policy, "name", policy), False))
 
     # ---- slicing ----
-    def _parse_key(self, key):
+    def _parse_key(self, key, write: bool = False):
+        """(offsets, sizes, dropped axes, explicit) of an index. ``write``: for ``x[a:] = v`` (a slice
+        with a run-time start and no stop) the size is v's, not ``n - a``: it is left None."""
         shape = self.shape
         if not isinstance(key, tuple):
             key = (key,)
@@ -451,6 +465,11 @@ class Tensor:
                 if k.step not in (None, 1):
                     raise TraceError(f"slice step {k.step} on dimension {d}: only contiguous slices (step 1) are views")
                 start = 0 if k.start is None else k.start
+                if write and k.stop is None:
+                    offsets.append(start)
+                    sizes.append(None)
+                    explicit.append(False)
+                    continue
                 stop = n if k.stop is None else k.stop
                 size = stop - start
                 size = int(size)  # a view's size is a Python int: a guard of the loop body if it is symbolic
@@ -535,8 +554,9 @@ class Tensor:
         if not isinstance(value, Tensor):
             raise TraceError(f"slice assignment of {type(value).__name__} {value!r}: assign a pypto.Tensor "
                              "(e.g. out[:] = x + y)")
-        offsets, sizes, drop, explicit = self._parse_key(key)
+        offsets, sizes, drop, explicit = self._parse_key(key, write=True)
         vshape = list(value.shape)
+        sizes = [v if s is None else s for s, v in zip(sizes, vshape + [None] * (len(sizes) - len(vshape)))]
         if drop and len(vshape) == len(sizes) - len(drop):
             vshape = list(vshape)
             for d in drop:

@@ -119,9 +119,19 @@ class CompiledKernel:
         self.wave = wave or {}
         self.paths = paths or []
         self.double_buffer = double_buffer
+        self.guards: list = []   # conditions on argument data this trace took (`loops.record_kernel_guard`)
         self._base: dict | None = None
         self._reduced: dict = {}
         self._results: dict = {}
+
+    def guards_hold(self, args: list) -> bool:
+        """Whether the branches on argument data this trace took are those ``args`` take."""
+        if not self.guards:
+            return True
+        from .execute import _Run
+
+        env = dict(zip(self.tensor_graph.params, args))
+        return bool(loops.guards_hold(self.guards, {}, _Run(self.tensor_graph, env, {}).read))
 
     @property
     def stages(self) -> dict:
@@ -360,9 +370,14 @@ class JitKernel:
         key = (chip.name, tuple((n, tuple(v.shape), dt.name) for n, v, dt in tensors),
                tuple((n, _freeze(v)) for n, v in others), st.vec_tile, st.cube_tile,
                _freeze(st.pass_options), _freeze(self.pass_options), _freeze(bindings), _freeze(formats_in))
-        compiled = self._cache.get(key)
+        # one signature may hold several traces: one per path its argument data took through
+        # branches on that data (`loops.record_kernel_guard`); the first whose guards hold runs
+        variants = self._cache.setdefault(key, [])
+        args = [v for _, v, _ in tensors]
+        compiled = next((c for c in variants if c.guards_hold(args)), None)
         if compiled is None:
-            compiled = self._cache[key] = self._compile(chip, bound, tensors, bindings, formats_in)
+            compiled = self._compile(chip, bound, tensors, bindings, formats_in)
+            variants.append(compiled)
         self.last_compiled = compiled
         counts: dict = {}
         computed = config.values_computed()
@@ -423,8 +438,10 @@ class JitKernel:
             copies, wave, cost_graph, paths = {}, {}, graph, []
         tg, bg, eg = lower(cost_graph, chip, double_buffer)
         COMPILE_SECONDS[0] += time.perf_counter() - t0
-        return CompiledKernel(self.func.__name__, chip, graph, tg, bg, eg, time.perf_counter() - t0,
-                              cost_graph, copies, paths, double_buffer, wave)
+        ck = CompiledKernel(self.func.__name__, chip, graph, tg, bg, eg, time.perf_counter() - t0,
+                            cost_graph, copies, paths, double_buffer, wave)
+        ck.guards = list(trace.kernel_guards)
+        return ck
 
     # ---- inspection ----
     @property
@@ -441,7 +458,7 @@ class JitKernel:
         return self.last_compiled.dump_stages(directory)
 
     def cache_info(self) -> dict:
-        return {"entries": len(self._cache), "traces": self.trace_count}
+        return {"entries": sum(len(v) for v in self._cache.values()), "traces": self.trace_count}
 
     def clear_cache(self) -> None:
         self._cache.clear()

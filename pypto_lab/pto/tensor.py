@@ -57,6 +57,7 @@ class Trace:
         # whose valid_shape is read from tensor data, and everything computed from one
         self.partial: set[int] = set()
         self.aliases: dict[int, int] = {}   # in-place reshape node -> the param / alloc it reshapes
+        self.kernel_guards: list = []   # conditions on argument data this trace assumed (`loops.record_kernel_guard`)
 
     def read_hint(self, tid: int, ix: tuple, expr=None):
         """The value a scalar read has in the call being traced (its hint), or None."""
@@ -629,10 +630,11 @@ class Tensor:
         return _ops().amin(self, dim, keepdim)
     def transpose(self, dim0=-2, dim1=-1):
         return _ops().transpose(self, dim0, dim1)
-    def reshape(self, *shape):
-        return _ops().reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (list, tuple)) else shape)
-    def view(self, shape=None, offsets=None):
-        return _ops().view(self, shape, offsets)
+    def reshape(self, *shape, valid_shape=None, inplace=False):
+        return _ops().reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (list, tuple)) else shape,
+                              valid_shape=valid_shape, inplace=inplace)
+    def view(self, shape=None, offsets=None, *, valid_shape=None, dtype=None):
+        return _ops().view(self, shape, offsets, valid_shape=valid_shape, dtype=dtype)
     def cast(self, dtype):
         return _ops().cast(self, dtype)
     def sigmoid(self):
@@ -644,6 +646,77 @@ class Tensor:
     def expand_clone(self, shape, *, valid_shape=None):
         return _ops().expand_clone(self, shape, valid_shape=valid_shape)
 
+
+# ---- the rest of the real Tensor's methods (python/pypto/tensor.py at 883e7df): each calls the op of
+# the same name with the tensor first, as the real methods do
+_METHODS = ("add", "sub", "mul", "div", "hypot", "prelu", "fmod", "remainder", "maximum", "lrelu", "topk", "sin", "cos",
+            "sinh", "cosh", "asinh", "acosh", "sign", "signbit", "tanh", "exp2", "expm1", "erfc", "log1p", "log10", "log2",
+            "logical_not", "argmax", "argmin", "round", "ceil", "floor", "trunc", "reciprocal", "relu", "permute",
+            "gather", "gathermask", "index_add_", "index_add", "cumsum", "cumprod", "gcd", "triu", "tril", "unsqueeze",
+            "clone", "pad", "fillpad", "scatter_update", "scatter_", "scatter", "var", "axpy_", "matmul", "amin")
+
+
+def _pkg():
+    import pypto_lab.pto as pkg
+
+    return pkg
+
+
+def _method(name):
+    def method(self, *args, **kwargs):
+        return getattr(_pkg(), name)(self, *args, **kwargs)
+    method.__name__ = name
+    method.__doc__ = f"``pypto.{name}(self, ...)``."
+    return method
+
+
+for _m in _METHODS:
+    setattr(Tensor, _m, _method(_m))
+
+
+def _assemble(self, input, offsets):
+    """``self.assemble(x, offsets)``: ``pypto.assemble(x, offsets, self)``."""
+    _ops().assemble(input, offsets, self)
+
+
+def _fill_(self, value):
+    self.move(_ops().full(self.shape, value, self.dtype))
+    return self
+
+
+def _triu_(self, diagonal=0):
+    self.move(_pkg().triu(self, diagonal))
+    return self
+
+
+def _tril_(self, diagonal=0):
+    self.move(_pkg().tril(self, diagonal))
+    return self
+
+
+def _dim(self) -> int:
+    return len(self.shape)
+
+
+def _floordiv(self, other):
+    return _ops().floor(_ops().div(self, other))
+
+
+def _mod(self, other):
+    return _pkg().remainder(self, other)
+
+
+def _iter(self):
+    raise TraceError("a pypto.Tensor is not iterable (as in the real API). Fix: index it (x[i]) or loop with "
+                     "pypto.loop over its size")
+
+
+Tensor.assemble, Tensor.fill_, Tensor.triu_, Tensor.tril_ = _assemble, _fill_, _triu_, _tril_
+Tensor.dim, Tensor.__floordiv__, Tensor.__mod__, Tensor.__iter__ = _dim, _floordiv, _mod, _iter
+Tensor.__pos__ = lambda self: self
+Tensor.greater = lambda self, other: _ops().gt(self, other)
+Tensor.id = property(lambda self: self._id)
+Tensor.is_empty = lambda self: any(int(d) == 0 for d in (self.shape or []))
 
 _STATUS = {"DYN": DYNAMIC, "DYNAMIC": DYNAMIC, "STATIC": STATIC}
 

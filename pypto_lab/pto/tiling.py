@@ -61,7 +61,7 @@ def _ceil(v: int, a: int) -> int:
     return -(-int(v) // a) * a
 
 
-def effective_cube_tile(tile: CubeTile, dtype: str, m: int, k: int, n: int) -> CubeTile:
+def effective_cube_tile(tile: CubeTile, dtype: str, m: int, k: int, n: int, chip: Chip | None = None) -> CubeTile:
     """The tile a matmul of ``m x k x n`` really uses: as in the real framework
     (framework/src/interface/operation/cube_operation_impl.cpp at 883e7df: ``kL0Size = min(tileKL0,
     kView - kOffset)``, ``nL0Size = min(nView - nOffset, tileNL0)``, ...), each L0 / L1 size is at most
@@ -75,7 +75,29 @@ def effective_cube_tile(tile: CubeTile, dtype: str, m: int, k: int, n: int) -> C
         l0 = builtins.min(l0, _ceil(size, a))
         l1 = builtins.max(l0, builtins.min(_ceil(f[f"{dim}_l1"], l0), _ceil(size, l0)))
         out[f"{dim}_l0"], out[f"{dim}_l1"] = l0, l1
-    return CubeTile(**out)
+    eff = CubeTile(**out)
+    if chip is not None:
+        eff = _fit_l1(eff, dtype, chip)
+    return eff
+
+
+def _fit_l1(tile: CubeTile, dtype: str, chip: Chip) -> CubeTile:
+    """The L1 panels actually held at once: the real framework takes the user's L1 sizes without a
+    capacity check (CheckCubeTiling checks alignment only) and its memory planner streams what does
+    not fit, so a tiling whose ``(m_l1 + n_l1) x k_l1`` exceeds L1 is costed with the longest K panel
+    (a multiple of ``k_l0``) that fits, then smaller M / N panels. L0A / L0B / L0C must fit as given:
+    one L0 tile cannot be split."""
+    cap = chip.buffer("L1").size_bytes
+    f = tile.to_dict()
+    if cube_tile_bytes(tile, dtype, chip)["L1"] <= cap:
+        return tile
+    for dim in ("k", "n", "m"):
+        l0 = f[f"{dim}_l0"]
+        while f[f"{dim}_l1"] > l0 and cube_tile_bytes(CubeTile(**f), dtype, chip)["L1"] > cap:
+            f[f"{dim}_l1"] -= l0
+        if cube_tile_bytes(CubeTile(**f), dtype, chip)["L1"] <= cap:
+            break
+    return CubeTile(**f)
 
 
 def check_cube_tile(chip: Chip, tile: CubeTile, dtype: DataType, m: int, k: int, n: int, what: str,
@@ -110,7 +132,7 @@ def check_cube_tile(chip: Chip, tile: CubeTile, dtype: DataType, m: int, k: int,
             raise TileShapeError(
                 f"{what}: cube tile [{dim}_l0, {dim}_l1] = [{l0}, {l1}]. Rule: {dim}_l1 is a multiple of {dim}_l0 "
                 f"(L1 holds whole L0 tiles). Fix: [{dim}_l0, {dim}_l1] = [{l0}, {max(l0, -(-l1 // l0) * l0)}]")
-    eff = effective_cube_tile(tile, lab, m, k, n)
+    eff = effective_cube_tile(tile, lab, m, k, n, chip)
     need = cube_tile_bytes(eff, lab, chip)
     formulas = {
         "L0A": f"m_l0 x k_l0 = {eff.m_l0} x {eff.k_l0} x {dtype.bytes} B",
@@ -281,7 +303,7 @@ def build_tile_graph(graph: TensorGraph, chip: Chip, double_buffer: bool = True)
             g.m, g.kk, g.n = a["m"], a["k"], a["n"]
             g.batch = math.prod(n.shape[:-2]) if len(n.shape) > 2 else 1
             g.in_dtype = nodes[n.inputs[0]].dtype.lab
-            g.cube_tile = effective_cube_tile(n.cube_tile, g.in_dtype, g.m, g.kk, g.n)
+            g.cube_tile = effective_cube_tile(n.cube_tile, g.in_dtype, g.m, g.kk, g.n, chip)
             g.out_dtype = n.dtype.lab
             if len(n.inputs) > 2:
                 g.bias_bytes = nodes[n.inputs[2]].dtype.bytes

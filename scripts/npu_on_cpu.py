@@ -51,6 +51,11 @@ stand-in makes the test's NPU calls mean "the CPU", and nothing else:
   scale ``1 / scale``; ``silu(a) * b`` of the two halves of the last dimension). They are
   references written here, not the NPU's operators; they say so when first called.
 * ``torch.npu.empty_cache()`` does nothing (the CPU has no NPU caching allocator).
+* ``import torchair``: ``torchair.get_npu_backend(compiler_config=...)`` is a ``torch.compile``
+  backend that runs the captured graph as it is (on the NPU, torchair's "reduce-overhead" mode
+  captures the graph and replays it: the same operators, run once per call), so a test's custom op
+  (``torch.ops.pypto.<op>``, its NPU implementation a pto kernel) runs through dynamo as it would;
+  ``torchair.configs.compiler_config.CompilerConfig`` takes any setting and records it.
 
 Anything else of ``torch_npu`` or ``torch.npu`` raises ``AttributeError`` naming the call and
 this module, so an unsupported call is never silently wrong.
@@ -88,6 +93,9 @@ def _name_backend_npu() -> None:
     the stand-in does the same (once per process: torch allows one name)."""
     if torch._C._get_privateuse1_backend_name() != "npu":
         torch.utils.rename_privateuse1_backend("npu")
+    if not hasattr(torch.Tensor, "is_npu"):   # what dynamo asks of a renamed backend's tensors
+        torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=False,
+                                                             for_storage=False)
 
 
 class _Missing(types.ModuleType):
@@ -366,7 +374,37 @@ def _library_patches() -> list:
     def lib_impl_npu(self, op_name, fn, dispatch_key="", *args, **kwargs):
         return lib_impl(self, op_name, fn, _cpu_key(dispatch_key), *args, **kwargs)
 
-    return [(torch.library, "impl", impl_npu), (torch.library.Library, "impl", lib_impl_npu)]
+    # the renamed PrivateUse1 backend ("npu") has no device behind it: torch.accelerator must not
+    # report one (dynamo would ask it for streams); the "NPU" of the stand-in is the CPU
+    return [(torch.library, "impl", impl_npu), (torch.library.Library, "impl", lib_impl_npu),
+            (torch.accelerator, "is_available", lambda: False)]
+
+
+class CompilerConfig:
+    """``torchair.configs.compiler_config.CompilerConfig``: settings are recorded, not used."""
+
+    def __init__(self, *args, **kwargs):
+        self.__dict__.update(kwargs)
+
+
+def get_npu_backend(compiler_config=None, *args, **kwargs):
+    """A ``torch.compile`` backend running the captured FX graph as it is (once per call)."""
+    def backend(gm, example_inputs):
+        return gm.forward
+    return backend
+
+
+def _torchair_modules() -> dict:
+    tng = types.ModuleType("torchair")
+    tng.__doc__ = "CPU stand-in for torchair (scripts/npu_on_cpu.py)"
+    tng.get_npu_backend = get_npu_backend
+    configs = types.ModuleType("torchair.configs")
+    cc = types.ModuleType("torchair.configs.compiler_config")
+    cc.CompilerConfig = CompilerConfig
+    configs.compiler_config = cc
+    tng.configs = configs
+    tng.CompilerConfig = CompilerConfig
+    return {"torchair": tng, "torchair.configs": configs, "torchair.configs.compiler_config": cc}
 
 
 class NpuOnCpu:
@@ -394,6 +432,9 @@ class NpuOnCpu:
                        ("torch.npu", getattr(torch, "npu", None)),
                        ("Tensor.npu", getattr(torch.Tensor, "npu", None))]
         sys.modules["torch_npu"] = stub
+        for name, module in _torchair_modules().items():
+            self._saved.append(("sysmod", (name, sys.modules.get(name))))
+            sys.modules[name] = module
         for owner, attr, fn in _library_patches():
             self._saved.append(("attr", (owner, attr, getattr(owner, attr))))
             setattr(owner, attr, fn)
@@ -415,6 +456,11 @@ class NpuOnCpu:
                     sys.modules["torch_npu"] = value
             elif what == "attr":
                 setattr(*value)
+            elif what == "sysmod":
+                if value[1] is None:
+                    sys.modules.pop(value[0], None)
+                else:
+                    sys.modules[value[0]] = value[1]
             elif what == "torch.npu":
                 if value is None:
                     delattr(torch, "npu")

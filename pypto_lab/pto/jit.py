@@ -84,6 +84,7 @@ def _measure(chip: Chip, graph: TensorGraph, tg: TileGraph, bg: BlockGraph, eg: 
                     ref = nodes[n.inputs[0]].shape if n.op in ("amax", "amin", "sum") else n.shape
                     flops += float(torch.Size(ref).numel())
             traffic += sum(torch.Size(nodes[t].shape).numel() * nodes[t].dtype.bytes for t in g.loads)
+            traffic += sum(2 * torch.Size(nodes[t].shape).numel() * nodes[t].dtype.bytes for t in g.spill)
             traffic += sum(torch.Size(nodes[t].shape).numel() * nodes[t].dtype.bytes for t, _, _ in g.stores)
         groups.append({"group": g.id, "kind": g.kind, "ops": g.label(graph),
                        "tasks": g.n_tasks, "cores": len(bg.assign[g.id])})

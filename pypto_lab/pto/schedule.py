@@ -204,11 +204,21 @@ def _emit_vector(em: Emitter, g, graph, assign, chip: Chip, barrier: dict) -> No
                     i = em.move(core, p_in, _elems(g.spans[t], tiles[0]) * eb, f"load %{t} GM->UB", (free, bdep), rate_rd)
                     ready[t] = [i] * k
             flush_writebacks(em, core, pending, hbm_share)
+            spill = set(g.spill)
             for nid in g.nodes:
                 n = nodes[nid]
                 if n.op == "assemble":
                     continue
                 ready[nid] = _emit_node(em, core, chip, g, n, nodes, tiles, ready, last)
+                if nid in spill:   # a result larger than UB: out to a GM workspace and back, tile by tile
+                    eb = n.dtype.bytes
+                    back = []
+                    for j, e in enumerate(tiles):
+                        nb = _elems(g.spans[nid], e) * eb
+                        w = em.move(core, p_out, nb, f"spill %{nid} UB->GM", (ready[nid][min(j, len(ready[nid]) - 1)],),
+                                    rate_wr)
+                        back.append(em.move(core, p_in, nb, f"reload %{nid} GM->UB", (w,), rate_rd))
+                    ready[nid] = back
             st = None
             for t, _root, _off in g.stores:
                 eb = nodes[t].dtype.bytes

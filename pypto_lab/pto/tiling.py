@@ -189,6 +189,7 @@ class Group:
     bias_bytes: int = 0                          # bytes of one bias element (0: no bias_tensor)
     # special (gather, sort, ...): the steps of each task (see `special`)
     steps: list = field(default_factory=list)
+    spill: list = field(default_factory=list)    # results that go UB -> GM -> UB (a task larger than UB)
 
     def label(self, graph: TensorGraph) -> str:
         """The group's ops ("exp+sum"), then its semantic labels (pypto.set_semantic_label) in brackets."""
@@ -215,6 +216,8 @@ class Group:
                                   "offsets": [x if isinstance(x, int) else str(x) for x in o] if o else None}
                                  for t, r, o in self.stores],
                       "ub_bytes_per_task": self.ub_bytes, "ub_slots": self.slots})
+            if self.spill:
+                d["spilled_to_gm"] = list(self.spill)
             if self.ub_plan is not None and self.ub_plan.inplace:
                 d["ub_inplace"] = {str(o): i for o, i in self.ub_plan.inplace.items()}
         return d
@@ -431,7 +434,7 @@ class UBPlan:
         return len(self.live)
 
 
-def _ub_plan(g: Group, graph: TensorGraph, tile, reuse: bool = True) -> UBPlan:
+def _ub_plan(g: Group, graph: TensorGraph, tile, reuse: bool = True, stream: bool = False) -> UBPlan:
     """UB that one task of a vector group needs, as the real compiler plans it.
 
     Every tensor the group holds in UB (its loads and its ops' results) has a buffer that is live
@@ -445,7 +448,8 @@ def _ub_plan(g: Group, graph: TensorGraph, tile, reuse: bool = True) -> UBPlan:
     ``reuse=False`` is the plan without the real compiler's memory passes (every load taken at the
     start of the task, no result in place of an input), kept to show what they save.
     """
-    task_ext = [g.space[d] if d in g.reduced else tile[d] for d in range(len(g.space))]
+    # ``stream``: one tile of the reduced axes at a time (the rest spilled to a GM workspace)
+    task_ext = [g.space[d] if d in g.reduced and not stream else tile[d] for d in range(len(g.space))]
     nodes = graph.nodes
 
     def nbytes(tid):
@@ -527,6 +531,18 @@ def _finish_vector_group(g: Group, graph: TensorGraph, chip: Chip, double_buffer
     cap = chip.buffer("UB").size_bytes
     plan = _ub_plan(g, graph, g.tile)
     need = plan.peak
+    if need > cap and g.reduced:
+        # as the real compiler does when a reduction's operands span more than UB holds (its memory
+        # type assignment puts such a tensor in a GM workspace, vector/reduction.cpp reduces it tile
+        # pair by tile pair): the task streams one tile of the reduced axes at a time and the results
+        # that span them go through GM (`schedule` emits their store and load back)
+        streamed = _ub_plan(g, graph, g.tile, stream=True)
+        if streamed.peak <= cap:
+            nodes = graph.nodes
+            used_after = {i for nid in g.nodes for i in nodes[nid].inputs}
+            g.spill = [nid for nid in g.nodes if nodes[nid].op not in ("assemble",) and nid in used_after
+                       and any(g.spans[nid][d] for d in g.reduced)]
+            plan, need = streamed, streamed.peak
     if need > cap:
         fit = _fit_tile(g, graph, cap)
         what = g.label(graph)

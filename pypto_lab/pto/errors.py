@@ -105,6 +105,10 @@ class PtoWarning(UserWarning):
     """Base class of pypto_lab.pto's warnings: likely mistakes that may also be intended."""
 
 
+class ViewBeyondTensorWarning(PtoWarning):
+    """A view whose window reaches past the end of its tensor: the part outside holds no data."""
+
+
 class UnwrittenOutputWarning(PtoWarning):
     """A kernel argument that the kernel never writes (nor reads), or an output it writes only in
     part: what is not written keeps the values it had before the call."""

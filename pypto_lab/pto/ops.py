@@ -11,6 +11,7 @@ import builtins
 import functools
 import math
 import sys
+import warnings
 
 from . import config
 from .dtypes import DT_BOOL, DT_FP32, DT_INT32, STORAGE_ONLY, SymbolicDim, as_dtype, dim_value
@@ -22,6 +23,7 @@ from .errors import (
     ShapeError,
     TileRankError,
     TraceError,
+    ViewBeyondTensorWarning,
 )
 from .precision import PrecisionType, record
 from .symbolic import SymbolicScalar, hint_of, is_symbolic
@@ -367,12 +369,20 @@ def view(input, shape=None, offsets=None, *, valid_shape=None, dtype=None):
         raise ShapeError(f"view of a rank-{x.ndim} tensor needs {x.ndim} sizes and offsets; got shape {shape}, "
                          f"offsets {offsets}")
     run_valid = valid_of(valid_shape, shape)
+    implicit = {}
     for d, (o, s, n) in enumerate(zip(offsets, shape, x.shape)):
         h = hint_of(o)
+        v = run_valid[d] if run_valid is not None else None
+        if v is None and h is not None and 0 <= h < n and h + s > n:
+            # a window reaching past the end of the tensor (the DeepSeek-V4 sparse attention views
+            # 1,024 block-table entries of a row of 16): the real framework takes it; only the part
+            # inside the tensor holds data (on the NPU the rest is whatever memory follows), so that
+            # part is the view's valid part
+            implicit[d] = n - o
+            continue
         # a valid size read from tensor data bounds the window instead of the shape (the real
         # framework moves only the valid part: a 256-row view of which 128 rows are valid may start
         # 128 rows before the end); it is checked again when the kernel runs
-        v = run_valid[d] if run_valid is not None else None
         s_used = s if v is None else hint_of(v)
         if s <= 0 or (h is not None and s_used is not None and (h < 0 or h + builtins.min(s, s_used) > n)):
             at = f"{o} (= {h} in the iteration traced)" if is_symbolic(o) else f"{o}"
@@ -380,6 +390,13 @@ def view(input, shape=None, offsets=None, *, valid_shape=None, dtype=None):
                              f"the rule is 0 <= offset and offset + size <= {n}"
                              + (" (the size being the valid size when that is known only at run time)" if v is not None
                                 else ""))
+    if implicit:
+        run_valid = tuple(implicit.get(d, run_valid[d] if run_valid is not None else None) for d in range(len(shape)))
+        warnings.warn(ViewBeyondTensorWarning(
+            f"view of {list(shape)} at offsets {[str(o) for o in offsets]} reaches past the end of a tensor of shape "
+            f"{list(x.shape)} on axes {sorted(implicit)} ({tr.where()}): only the part inside the tensor holds data "
+            "(its valid part); ops after it compute on that part. If this is not intended, shrink the view"),
+            stacklevel=2)
     attrs = {"offsets": tuple(offsets)}
     if run_valid is not None:
         attrs["valid_shape"] = run_valid

@@ -19,6 +19,7 @@ from . import special
 from .errors import DTypeError, IndexBoundsError, ShapeError, TraceError
 from .ops import _norm_dim, _tensor, _vec_check
 from .special import chunks, copy_key, reps, rows_per_task, vkey
+from .symbolic import SymbolicScalar
 from .tensor import check_dtype_same, current_trace
 
 _INDEX_DTYPES = ("int32", "int64")
@@ -484,14 +485,32 @@ def gather_in_ub(param, indices, block_table, block_size: int, axis: int = -2):
                          "block_size >= 1")
     shape = [idx.shape[1], p.shape[1]]
     _vec_check("gather_in_ub", shape, [p.dtype])
-    out = tr.new("gather_in_ub", [p._id, idx._id, bt._id], shape, p.dtype, {"block_size": int(block_size)}, vec=True)
+    src, attrs = _paged_source(tr, p)
+    attrs["block_size"] = int(block_size)
+    out = tr.new("gather_in_ub", [src, idx._id, bt._id], shape, p.dtype, attrs, vec=True)
     for t in (p, idx, bt):
         tr.note_read(t._id, out._id)
     return out
 
 
+def _paged_source(tr, p) -> tuple[int, dict]:
+    """The tensor a paged gather reads: on the NPU the ``param`` of gather_in_ub / gather_in_l1 is an
+    address in GM, and the physical rows it reads are counted from the start of ``param``, wherever
+    they are (the DeepSeek-V4 sparse attention passes a view of the first rows of the whole cache).
+    So a view (at offsets known now) of a kernel argument or buffer is read through its root: the rows
+    from the view's first row on, the columns the view holds."""
+    reg = tr.gm_region(p._id)
+    n = tr.graph.nodes[p._id]
+    if n.op == "view" and reg is not None and not any(isinstance(o, SymbolicScalar) for o in reg[1]):
+        return reg[0], {"param_offsets": tuple(int(o) for o in reg[1]), "param_cols": int(n.shape[1])}
+    return p._id, {}
+
+
 def _run_gather_in_ub(n, ins, graph):
     p, idx, bt = ins
+    if "param_offsets" in n.attrs:   # read through the root of a view (see _paged_source)
+        r0, c0 = n.attrs["param_offsets"]
+        p = p[r0:, c0:c0 + n.attrs["param_cols"]]
     bs = n.attrs["block_size"]
     what = n.attrs.get("what", "gather_in_ub")
     tok = idx.reshape(-1).long()
@@ -538,9 +557,10 @@ def gather_in_l1(src, indices, block_table, block_size: int, size: int, is_b_mat
         raise ShapeError(f"gather_in_l1: size={size} of rows of {p.shape[1]} columns. Rule: 0 < size <= the "
                          "source's columns. Fix: size=" + str(p.shape[1]))
     shape = [idx.shape[1], int(size)]
-    out = tr.new("gather_in_ub", [p._id, idx._id, bt._id], shape, p.dtype,
-                 {"block_size": int(block_size), "size": int(size), "what": "gather_in_l1",
-                  "is_b_matrix": bool(is_b_matrix), "is_trans": bool(is_trans)}, vec=True)
+    src, attrs = _paged_source(tr, p)
+    attrs.update({"block_size": int(block_size), "size": int(size), "what": "gather_in_l1",
+                  "is_b_matrix": bool(is_b_matrix), "is_trans": bool(is_trans)})
+    out = tr.new("gather_in_ub", [src, idx._id, bt._id], shape, p.dtype, attrs, vec=True)
     for t in (p, idx, bt):
         tr.note_read(t._id, out._id)
     return out

@@ -480,7 +480,9 @@ def _ub_plan(g: Group, graph: TensorGraph, tile, reuse: bool = True, stream: boo
     if reuse:
         for tid in order:
             n = nodes[tid]
-            if n.op in NO_INPLACE or tid not in buf:
+            # a copy (clone) writes its input's buffer as it reads it: the real SrcDstBufferMerge
+            # merges a copy's source and destination
+            if (n.op in NO_INPLACE and not (n.op == "math" and n.attrs.get("fn") == "clone")) or tid not in buf:
                 continue
             for i in n.inputs:
                 if (i in buf and i not in stored and consumers.get(i) == {tid} and nbytes(i) == nbytes(tid)

@@ -268,6 +268,12 @@ def _compute(run: _Run, n, ins: list):
     dt = n.dtype
     if op in _ELEMENTWISE and len(ins) > 1:
         ins = _common_valid(ins)
+    if op == "update":   # a computed tensor with a window written (`ops._assemble_into_value`)
+        out = ins[0].clone()
+        src = ins[1]
+        offs = run.offsets(n, tuple(src.shape), out.shape, "assemble into")
+        _window(out, offs, tuple(src.shape)).copy_(src)
+        return out
     if op in special.REGISTRY:
         return special.REGISTRY[op].run(n, ins, run.graph)
     elif op == "math":

@@ -29,7 +29,7 @@ REDUCTIONS = ("amax", "amin", "sum")
 # ops that do not tile element-wise: one group each, costed and computed by `special.REGISTRY`
 SPECIAL_KINDS = ("gather", "index_select", "scatter_update", "scatter", "scatter_", "index_add", "index_add_",
                  "topk", "argsort", "argreduce", "cumulative", "prod", "random", "index_put_", "conv", "gathermask", "interleave", "bitcast", "atomic_add",
-                 "gather_in_ub")
+                 "gather_in_ub", "update")
 
 
 def _jsonable(v):

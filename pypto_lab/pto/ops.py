@@ -439,8 +439,7 @@ def assemble(input, offsets, out=None, parallel=False):
     offsets = [_offset(o) for o in offsets]
     reg = tr.gm_region(dst._id)
     if reg is None:
-        raise TraceError("assemble: the destination must be a kernel argument or a pypto.tensor (or a slice of one); "
-                         "computed values cannot be written into")
+        return _assemble_into_value(tr, src, offsets, dst)
     if src.ndim != dst.ndim or len(offsets) != dst.ndim:
         raise ShapeError(f"assemble: source shape {src.shape}, offsets {offsets} and destination shape {dst.shape} "
                          "must have the same rank")
@@ -459,6 +458,28 @@ def assemble(input, offsets, out=None, parallel=False):
                                                                          "root_offsets": abs_off})
     tr.note_read(src._id, node._id)
     tr.note_write(root, abs_off, src.shape, node._id)
+    return None
+
+
+def _assemble_into_value(tr, src, offsets, dst):
+    """``assemble`` into a tensor the kernel computed (not GM): as in the real framework, where a
+    logical tensor can be written in place (``last_state[:] = cur_state`` in Qwen3-Next), the handle
+    ``dst`` then denotes the written tensor: an ``update`` node (dst with the window replaced), which
+    every later use of that pypto.Tensor object reads."""
+    if src.ndim != dst.ndim or len(offsets) != dst.ndim:
+        raise ShapeError(f"assemble: source shape {src.shape}, offsets {offsets} and destination shape {dst.shape} "
+                         "must have the same rank")
+    if src.dtype is not dst.dtype:
+        raise DTypeError(f"assemble: source dtype {src.dtype!r} differs from the destination's {dst.dtype!r}. "
+                         f"Fix: pypto.cast(x, {dst.dtype!r}) before writing it")
+    for d, (o, s_, n_) in enumerate(zip(offsets, src.shape, dst.shape)):
+        h = hint_of(o)
+        if h is not None and (h < 0 or (h + s_ > n_ and src._id not in tr.partial)):
+            raise ShapeError(f"assemble: source of shape {src.shape} at offsets {offsets} does not fit the destination "
+                             f"of shape {dst.shape} (dimension {d}: {h} + {s_} > {n_}). Fix the offsets or slice the "
+                             "source")
+    out = tr.new("update", [dst._id, src._id], dst.shape, dst.dtype, {"offsets": tuple(offsets)}, vec=True)
+    dst._trace, dst._id = out._trace, out._id
     return None
 
 

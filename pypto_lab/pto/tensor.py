@@ -5,6 +5,7 @@ assignment, ``move``), plus the trace context that records every operation into 
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -573,11 +574,24 @@ class Tensor:
         ops.assemble(value, offsets, self)
 
     def move(self, src: Tensor) -> None:
-        """``out.move(x)``: write all of ``x`` into ``out`` (same shape)."""
+        """``out.move(x)``: ``out`` takes ``x``'s data. Of the same shape, ``x`` is written into ``out``
+        (how kernels fill an output); of another shape, as the real ``Tensor::Move`` does, ``out``
+        becomes ``x`` (the handle now denotes x: ``cache.move(pypto.scatter_update(cache_2d, ...))``
+        keeps using the updated cache, seen 2-D)."""
         ops = _ops()
+        if not isinstance(src, Tensor) or not src.is_bound:
+            raise TraceError(f"move: {type(src).__name__} cannot be moved into a Tensor. Rule: move takes a pypto "
+                             "tensor of the kernel. Fix: out.move(x) with x computed in the kernel")
         if list(src.shape) != list(self.shape):
-            raise ShapeError(f"move: source shape {list(src.shape)} differs from destination shape {self.shape}; "
-                             "shapes must be equal (slice the destination: out[a:b, ...] = x)")
+            if math.prod(src.shape) != math.prod(self.shape):
+                raise ShapeError(f"move: source shape {list(src.shape)} ({math.prod(src.shape)} elements) into a "
+                                 f"tensor of shape {self.shape}; a move to another shape keeps the element count. "
+                                 "Fix: slice the destination (out[a:b, ...] = x) or reshape the source")
+            self._trace, self._id = src._trace, src._id
+            return
+        if self._trace.gm_region(self._id) is None:   # a computed value: it becomes src
+            self._trace, self._id = src._trace, src._id
+            return
         ops.assemble(src, [0] * len(self.shape), self)
 
     # ---- arithmetic ----

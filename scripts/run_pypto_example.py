@@ -394,8 +394,8 @@ class Recorder:
             recorder.depth += 1
             try:
                 res = original(*args, **kwargs)
-            except AssertionError as exc:
-                note = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else "assertion failed"
+            except Exception as exc:  # noqa: BLE001 - a helper may fail its check with any exception
+                note = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
                 recorder.records.append(Comparison(line, api, False, diff, tol["rtol"], tol["atol"], note))
                 raise
             finally:

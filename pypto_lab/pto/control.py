@@ -58,8 +58,9 @@ def _ints(args, call: str = "pypto.loop"):
 
 
 def loop(*args, name: str | None = None, idx_name: str | None = None, submit_before_loop: bool = False,
-         parallel: bool = False, unroll_list=None):
-    """``for i in pypto.loop(start, stop, step, name=..., idx_name=...)`` (or ``loop(stop)``)."""
+         parallel: bool = False, unroll_list=None, **ignored):
+    """``for i in pypto.loop(start, stop, step, name=..., idx_name=...)`` (or ``loop(stop)``). Other
+    keywords are ignored, as the real ``pypto.loop(**kwargs)`` reads only the ones it knows."""
     if len(args) == 4:  # loop(start, stop, step, max_unroll) as in some examples
         args = args[:3]
     start, stop, step = _ints(args)
@@ -85,7 +86,7 @@ def loop(*args, name: str | None = None, idx_name: str | None = None, submit_bef
 
 
 def loop_unroll(*args, name: str | None = None, idx_name: str | None = None, unroll_list=None,
-                submit_before_loop: bool = False):
+                submit_before_loop: bool = False, **ignored):
     """Yields ``(idx, unroll_factor)`` as the real ``pypto.loop_unroll`` does
     (python/pypto/_controller.py at 883e7df): for each factor ``p`` of ``unroll_list`` (1 always
     added), largest first, a ``pypto.loop(nstart, stop - left, step * p)`` with ``left = (stop - start)

@@ -765,8 +765,12 @@ def spec_matches(spec: Tensor, shape, dtype: DataType) -> str | None:
         return f"dtype {dtype!r}, annotated {spec.spec_dtype!r}"
     dims = spec.spec_shape
     if dims is not None:
-        open_end = dims[-1] is Ellipsis
-        fixed = dims[:-1] if open_end else dims
+        # as the real frontend (frontend/parser/entry.py _check_input_defs_match_tensors): an annotation
+        # with DYNAMIC / STATIC markers (a "status shape") needs at least that many dimensions, its
+        # entries checked against the leading ones; one of plain sizes needs exactly its rank
+        status = any(d is DYNAMIC or d is STATIC or isinstance(d, SymbolicDim) for d in dims)
+        open_end = dims[-1] is Ellipsis or status
+        fixed = dims[:-1] if dims[-1] is Ellipsis else dims
         if (len(shape) < len(fixed)) if open_end else (len(fixed) != len(shape)):
             want = f"at least {len(fixed)}" if open_end else str(len(fixed))
             return f"rank {len(shape)} (shape {list(shape)}), annotated rank {want} {list(dims)}"

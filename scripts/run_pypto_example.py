@@ -377,7 +377,10 @@ class Recorder:
 
         def helper(*args, **kwargs):
             line = recorder._caller_line()
-            if line is None or recorder.depth or len(args) < 2:
+            compared = list(args[:2])
+            if len(compared) < 2:   # compare(actual=..., expected=...): the first tensors passed by keyword
+                compared += [v for v in kwargs.values() if hasattr(v, "shape")][:2 - len(compared)]
+            if line is None or recorder.depth or len(compared) < 2:
                 return original(*args, **kwargs)
             if recorder.stop:
                 recorder.stopped_at = line
@@ -389,7 +392,12 @@ class Recorder:
                 except TypeError:
                     named = {}
             tol = {k: named.get(k) for k in ("rtol", "atol")}
-            diff = _max_diff(args[0], args[1])
+            for key, v in kwargs.items():   # atol_abs= / atol_rel= and the like
+                if tol["rtol"] is None and ("rtol" in key or "rel" in key):
+                    tol["rtol"] = v
+                elif tol["atol"] is None and ("atol" in key or "abs" in key):
+                    tol["atol"] = v
+            diff = _max_diff(compared[0], compared[1])
             api = f"{module.__name__}.{name}"
             recorder.depth += 1
             try:

@@ -215,13 +215,17 @@ def test_operation_before_any_tile_shape():
 
 
 def test_reading_an_output_before_it_is_written():
+    """A kernel argument read before it is written is an in-place update (the real models update KV
+    caches and recurrent states so): it runs, on the values the tensor held, with a warning; a
+    pypto.tensor buffer read before it is written holds nothing: an error."""
     def k(x: pypto.Tensor[...], out: pypto.Tensor[...]):
         pypto.set_vec_tile_shapes(32, 32)
         out[:] = out + x
     x, _, out = _xy()
-    with pytest.raises(pypto.UnwrittenOutputError) as e:
+    out = torch.ones_like(out)
+    with pytest.warns(pypto.errors.InPlaceUpdateWarning, match="in-place update"):
         _run(k, x, out)
-    assert "out" in str(e.value) and "before that region is written" in str(e.value) and "Fix" in str(e.value)
+    assert torch.allclose(out, 1.0 + x)
 
     def alloc(x: pypto.Tensor[...]):
         pypto.set_vec_tile_shapes(32, 32)

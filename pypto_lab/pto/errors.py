@@ -105,6 +105,11 @@ class PtoWarning(UserWarning):
     """Base class of pypto_lab.pto's warnings: likely mistakes that may also be intended."""
 
 
+class InPlaceUpdateWarning(PtoWarning):
+    """A kernel argument read before the kernel writes it: an in-place update (legal), or an output
+    allocated uninitialised whose garbage is read."""
+
+
 class ViewBeyondTensorWarning(PtoWarning):
     """A view whose window reaches past the end of its tensor: the part outside holds no data."""
 

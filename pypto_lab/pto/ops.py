@@ -439,6 +439,15 @@ def assemble(input, offsets, out=None, parallel=False):
     offsets = [_offset(o) for o in offsets]
     reg = tr.gm_region(dst._id)
     if reg is None:
+        through = _squeezed_gm(tr, dst)
+        if through is not None:   # x[b, n] of a GM tensor, squeezed: write into that GM window
+            base, keep = through
+            full_off = [0] * base.ndim
+            full_shape = [1] * base.ndim
+            for k, d in enumerate(keep):
+                full_off[d] = offsets[k] if k < len(offsets) else 0
+                full_shape[d] = src.shape[k]
+            return assemble(reshape(src, full_shape), full_off, base)
         return _assemble_into_value(tr, src, offsets, dst)
     if src.ndim != dst.ndim or len(offsets) != dst.ndim:
         raise ShapeError(f"assemble: source shape {src.shape}, offsets {offsets} and destination shape {dst.shape} "
@@ -459,6 +468,22 @@ def assemble(input, offsets, out=None, parallel=False):
     tr.note_read(src._id, node._id)
     tr.note_write(root, abs_off, src.shape, node._id)
     return None
+
+
+def _squeezed_gm(tr, dst):
+    """(the GM view, its axes dst keeps) when ``dst`` is a reshape of a view of GM that only drops
+    axes of size 1 (``states[b, n]`` of a [B, N, D, D] argument): the same memory, written through."""
+    n = tr.graph.nodes[dst._id]
+    if n.op != "reshape" or n.attrs:
+        return None
+    src_id = n.inputs[0]
+    if tr.gm_region(src_id) is None:
+        return None
+    shape = tr.graph.nodes[src_id].shape
+    keep = [d for d, s in enumerate(shape) if s != 1]
+    if [shape[d] for d in keep] != [s for s in n.shape if s != 1] or len(n.shape) != len(keep):
+        return None
+    return Tensor._bound(tr, src_id), keep
 
 
 def _assemble_into_value(tr, src, offsets, dst):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import warnings
 
 import numpy as np
 
@@ -24,7 +25,15 @@ from .dtypes import (
     check_representable,
     dim_value,
 )
-from .errors import DTypeError, LoopError, ScalarReadError, ShapeError, TraceError, UnwrittenOutputError
+from .errors import (
+    DTypeError,
+    InPlaceUpdateWarning,
+    LoopError,
+    ScalarReadError,
+    ShapeError,
+    TraceError,
+    UnwrittenOutputError,
+)
 from .graph import TensorGraph
 from .symbolic import ConcreteScalar, SymbolicScalar, hint_of, is_symbolic
 
@@ -58,7 +67,8 @@ class Trace:
         # whose valid_shape is read from tensor data, and everything computed from one
         self.partial: set[int] = set()
         self.aliases: dict[int, int] = {}   # in-place reshape node -> the param / alloc it reshapes
-        self.kernel_guards: list = []   # conditions on argument data this trace assumed (`loops.record_kernel_guard`)
+        self.kernel_guards: list = []
+        self.inplace_warned: set[int] = set()   # conditions on argument data this trace assumed (`loops.record_kernel_guard`)
 
     def read_hint(self, tid: int, ix: tuple, expr=None):
         """The value a scalar read has in the call being traced (its hint), or None."""
@@ -167,12 +177,25 @@ class Trace:
             elif not mask[sl].all():
                 name = rn.attrs.get("name") or f"tensor {root}"
                 reader = self.graph.nodes[node_id]
+                if rn.op == "param":
+                    # a kernel argument read, then written: an in-place update (a KV cache, a recurrent
+                    # state) that reads the values it held before the call, legal in the real framework;
+                    # only an output made with torch.empty would read garbage: say so, once
+                    if root not in self.inplace_warned:
+                        self.inplace_warned.add(root)
+                        warnings.warn(InPlaceUpdateWarning(
+                            f"{name} (shape {rn.shape}) is read by {reader.op} at {where or '?'} (offsets "
+                            f"{list(offsets)}) before the kernel writes that region (at {self._first_write(root)}): "
+                            "an in-place update, which uses the values it had before the call. If it is an output "
+                            "made with torch.empty, those are garbage: compute it from the inputs instead"),
+                            stacklevel=4)
+                    continue
                 raise UnwrittenOutputError(
                     f"{name} (shape {rn.shape}) is an output of the kernel (it is written at "
                     f"{self._first_write(root)}) but {reader.op} at {where or '?'} reads its region "
                     f"offsets {list(offsets)} shape {list(shape)} before that region is written. Rule: an output "
                     "holds no data until the kernel writes it. Fix: compute from the inputs (or an intermediate "
-                    "tensor) instead; to update a tensor in place, pass the old values as a separate input")
+                    "tensor) instead; a pypto.tensor buffer holds nothing before it is written")
 
     def _mask(self, masks: dict, root: int) -> np.ndarray:
         """The written-elements mask of ``root``'s base tensor, seen in ``root``'s shape (an in-place

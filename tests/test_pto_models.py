@@ -204,3 +204,26 @@ def test_pre_quant_stops_at_its_nz_weight_check():
     assert p.returncode != 0
     assert "FRACTAL_NZ" in out
     assert "get_format(atten_qkv_weight) == 'NZ'" in out, out[-4000:]
+
+
+# ---------------------------------------------------------------------------- the models these kernels serve
+
+@pytest.mark.parametrize("name, billions, rel, mechanism", [
+    ("deepseek-v3.2", 671.0, 0.01, "mla"),     # 671 B without the multi-token-prediction layer, as deepseek-v3
+    ("glm-4.5", 355.0, 0.01, "moe"),           # zai-org's model card: 355 B total
+    # Qwen's model card: 80 B total; the Gated DeltaNet layers are counted as full attention here (1.2 % off)
+    ("qwen3-next", 80.0, 0.02, "moe"),
+])
+def test_the_three_day0_models_are_known_from_their_config_json(name, billions, rel, mechanism):
+    from pypto_lab.llm.configs import KNOWN_MODELS, spec_of
+
+    spec = spec_of(name)
+    assert spec.weight_params() / 1e9 == pytest.approx(billions, rel=rel)
+    assert KNOWN_MODELS[name]["_source"].startswith("https://huggingface.co/")
+    assert spec.is_moe and (spec.is_mla if mechanism == "mla" else not spec.is_mla)
+    if name == "deepseek-v3.2":
+        assert spec.extra == {"index_topk": 2048, "index_n_heads": 64, "index_head_dim": 128}
+    if name == "qwen3-next":
+        assert spec.extra["full_attention_interval"] == 4 and spec.experts == 512 and spec.top_k == 10
+    if name == "glm-4.5":
+        assert (spec.experts, spec.top_k, spec.dense_layers, spec.qk_norm, spec.rotary_fraction) == (160, 8, 3, True, 0.5)

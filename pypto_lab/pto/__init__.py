@@ -123,6 +123,22 @@ from .errors import (
                      UnwrittenOutputError,
                      UnwrittenOutputWarning,
 )
+from .extras import (
+                     PassConfigKey,
+                     TileL0Info,
+                     TileL1Info,
+                     function,
+                     get_conv_tile_shapes,
+                     get_pass_config,
+                     get_pass_configs,
+                     get_pass_default_config,
+                     pass_verify_print,
+                     pass_verify_save,
+                     set_conv_tile_shapes,
+                     set_pass_config,
+                     set_pass_default_config,
+                     set_verify_golden_data,
+)
 from .jit import CompiledKernel, JitKernel, jit
 from .ops import (
                      abs,
@@ -277,6 +293,9 @@ __all__ = [
     "CastMode", "SaturationMode", "ReLuType", "CachePolicy", "ReduceMode", "OpType", "OutType", "TransMode",
     "ScatterMode", "LogBaseType", "AtomicRMWMode", "DequantScaleRoundingMode", "ROUND_UP", "ROUND_DOWN",
     "Element", "element", "ceildiv", "from_torch", "platform", "runtime", "operation", "pypto_impl", "fillpad",
+    "TileL1Info", "TileL0Info", "set_conv_tile_shapes", "get_conv_tile_shapes", "PassConfigKey", "set_pass_config",
+    "get_pass_config", "get_pass_configs", "set_pass_default_config", "get_pass_default_config", "function",
+    "pass_verify_print", "pass_verify_save", "set_verify_golden_data",
 ]
 
 element = Element

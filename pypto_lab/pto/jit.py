@@ -21,7 +21,7 @@ import torch
 from ..fileio import write_json_atomic
 from ..hw.chip import PIPES, Chip, get_chip
 from ..hw.simulator import simulate
-from . import config, formats, loops, ops, sim_output
+from . import config, extras, formats, loops, ops, sim_output
 from .blocks import BlockGraph, build_block_graph, cube_core_ids, n_core_ids, vector_core_ids
 from .dtypes import RunMode, SymbolicDim, bind_dims, from_torch
 from .errors import NoNPUError, ShapeError, TraceError, UnwrittenOutputWarning
@@ -388,6 +388,12 @@ class JitKernel:
             self.last_run = dataclasses.replace(self.last_run, values_computed=False)
         # as the real SIM launcher does after every launch: the cost model's swimlane under ./output/
         self.last_run.swimlane_path = sim_output.write_swimlane(self.last_run)
+        verify = getattr(compiled, "verify_requests", None)
+        if verify or extras._GOLDENS["goldens"] is not None:
+            opts = dict(config.STATE.section_options.get("verify", {}))
+            opts.update(self.other_options.get("verify_options") or {})
+            extras.after_call(self.__name__, verify or [], env, [v for _, v, _ in tensors],
+                              bool(opts.get("enable_pass_verify", False)) and computed)
         rets = [env[r] for r in compiled.tensor_graph.returns]
         if not rets:
             return None
@@ -442,6 +448,7 @@ class JitKernel:
         ck = CompiledKernel(self.func.__name__, chip, graph, tg, bg, eg, time.perf_counter() - t0,
                             cost_graph, copies, paths, double_buffer, wave)
         ck.guards = list(trace.kernel_guards)
+        ck.verify_requests = list(getattr(getattr(trace, "verify", None), "requests", []))
         return ck
 
     # ---- inspection ----

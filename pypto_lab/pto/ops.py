@@ -107,6 +107,10 @@ def _fscalar(v):
 
 
 def _binary(op: str, a, b):
+    from .element import Element
+
+    a = a.value if isinstance(a, Element) else a   # pypto.Element(dtype, v): the scalar v
+    b = b.value if isinstance(b, Element) else b
     if isinstance(a, _SCALAR + (SymbolicScalar,)) and isinstance(b, _SCALAR + (SymbolicScalar,)):
         return {"add": a + b, "sub": a - b, "mul": a * b, "div": a / b}[op]
     tr = current_trace(f"pypto.{op}")

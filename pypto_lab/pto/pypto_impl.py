@@ -29,6 +29,7 @@ from .enums import (
     ScatterMode,
     TransMode,
 )
+from .extras import TileL0Info, TileL1Info
 from .precision import PrecisionType
 
 
@@ -45,6 +46,6 @@ def GetCompilerMonitorTotalElapsed() -> float:  # noqa: N802 - the binding's nam
     return float(COMPILE_SECONDS[0])
 
 
-__all__ = ["Element", "ScalarDivS", "GetCompilerMonitorTotalElapsed", "DataType", "TileOpFormat", "CastMode",
+__all__ = ["TileL1Info", "TileL0Info", "Element", "ScalarDivS", "GetCompilerMonitorTotalElapsed", "DataType", "TileOpFormat", "CastMode",
            "SaturationMode", "ReLuType", "CachePolicy", "ReduceMode", "OpType", "OutType", "TransMode",
            "ScatterMode", "LogBaseType", "AtomicRMWMode", "DequantScaleRoundingMode", "PrecisionType"]

@@ -111,6 +111,47 @@ def _window_index(offsets: np.ndarray, shape) -> tuple:
     return tuple(out)
 
 
+def _varying(offsets: np.ndarray) -> list[int]:
+    return [d for d in range(offsets.shape[1]) if not (offsets[:, d] == offsets[0, d]).all()]
+
+
+def _gather(base: torch.Tensor, offsets: np.ndarray, shape) -> torch.Tensor:
+    """The windows of ``shape`` at each row of ``offsets``, stacked: (N, *shape). With one axis
+    whose offset varies (a row loop), an index_select along it; else advanced indexing."""
+    var = _varying(offsets)
+    n = offsets.shape[0]
+    if len(var) == 1:
+        d = var[0]
+        x = base
+        for e, (o, s) in enumerate(zip(offsets[0].tolist(), shape)):
+            if e != d and (o or s != x.shape[e]):
+                x = x.narrow(e, o, s)
+        idx = (torch.from_numpy(offsets[:, d]).view(n, 1) + torch.arange(shape[d])).reshape(-1)
+        y = x.index_select(d, idx)                             # [..., N * s_d, ...]
+        y = y.reshape(*y.shape[:d], n, shape[d], *y.shape[d + 1:])
+        return y.movedim(d, 0)
+    return base[_window_index(offsets, shape)]
+
+
+def _scatter(dst: torch.Tensor, offsets: np.ndarray, shape, values: torch.Tensor) -> None:
+    """Write ``values`` (N, *shape) into the windows of ``dst`` at the rows of ``offsets``."""
+    var = _varying(offsets)
+    n = offsets.shape[0]
+    values = values.to(dst.dtype)
+    if len(var) == 1:
+        d = var[0]
+        x = dst
+        for e, (o, s) in enumerate(zip(offsets[0].tolist(), shape)):
+            if e != d and (o or s != x.shape[e]):
+                x = x.narrow(e, o, s)
+        idx = (torch.from_numpy(offsets[:, d]).view(n, 1) + torch.arange(shape[d])).reshape(-1)
+        v = values.movedim(0, d)                               # [..., N, s_d, ...]
+        v = v.reshape(*v.shape[:d], n * shape[d], *v.shape[d + 2:])
+        x.index_copy_(d, idx, v)
+        return
+    dst.index_put_(_window_index(offsets, shape), values)
+
+
 def _offsets(run, offs, its_idx, count) -> np.ndarray:
     cols = []
     for o in offs:
@@ -195,7 +236,7 @@ def run_batched(run, loop_node, its: np.ndarray, sel: np.ndarray, p: dict) -> bo
                             x = x.narrow(d, o, s)
                     vals[i] = x
                 else:
-                    vals[i] = base[_window_index(offsets, n.shape)]
+                    vals[i] = _gather(base, offsets, n.shape)
                     batched.add(i)
             elif op == "reshape":
                 src = n.inputs[0]
@@ -217,7 +258,7 @@ def run_batched(run, loop_node, its: np.ndarray, sel: np.ndarray, p: dict) -> bo
                 if src_id not in batched:
                     src = src.expand((count,) + tuple(src.shape))
                 all_writes.setdefault(root, []).append((offsets, shape))
-                pending.append((dst, _window_index(offsets, shape), src))
+                pending.append((dst, offsets, shape, src))
             elif op in ("amax", "amin", "sum"):
                 src = n.inputs[0]
                 x = get(src)
@@ -259,8 +300,8 @@ def run_batched(run, loop_node, its: np.ndarray, sel: np.ndarray, p: dict) -> bo
         offs = np.concatenate([o for o, _ in ws], axis=0)
         if not _disjoint(offs, next(iter(shapes))):
             return False
-    for dst, index, values in pending:
-        dst.index_put_(index, values.to(dst.dtype))
+    for dst, offsets, shape, values in pending:
+        _scatter(dst, offsets, shape, values)
     return True
 
 

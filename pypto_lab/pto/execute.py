@@ -49,8 +49,9 @@ def _f32(x: torch.Tensor) -> torch.Tensor:
 
 
 def _tree(x: torch.Tensor, dim: int, op, dt) -> torch.Tensor:
-    """Reduce ``dim`` pairwise, rounding to ``dt`` after each level."""
-    x = x.movedim(dim, -1)
+    """Reduce ``dim`` pairwise, rounding to ``dt`` after each level (the values are carried in fp32,
+    each one exactly a ``dt`` value, so one rounding and one widening per level)."""
+    x = _f32(x.movedim(dim, -1))
     while x.shape[-1] > 1:
         n = x.shape[-1]
         if n % 2:
@@ -58,9 +59,9 @@ def _tree(x: torch.Tensor, dim: int, op, dt) -> torch.Tensor:
         else:
             tail = None
         h = x.shape[-1] // 2
-        y = _round(op(_f32(x[..., :h]), _f32(x[..., h:])), dt)
+        y = _f32(_round(op(x[..., :h], x[..., h:]), dt))
         x = y if tail is None else torch.cat([y, tail], dim=-1)
-    return x.movedim(-1, dim)
+    return _round(x, dt).movedim(-1, dim)
 
 
 def _name(graph: TensorGraph, tid: int) -> str:

@@ -326,7 +326,21 @@ class _NpuMeansCpu(TorchFunctionMode):
             return torch.zeros(*args, **kwargs)
         if getattr(func, "__name__", "") == "topk" and kwargs.get("sorted") is False:
             kwargs["sorted"] = True  # unspecified order -> the sorted order the NPU gives
+        impl = _npu_impl(func)
+        if impl is not None:
+            # a custom op whose NPU implementation a file registered (torch.ops.pypto.<op>): called as
+            # the NPU dispatch key would, with this mode on for the torch calls it makes itself
+            # (torch.empty(..., device=x.device) of an NPU tensor)
+            with self:
+                return impl(*args, **kwargs)
         return func(*args, **kwargs)
+
+
+def _npu_impl(func):
+    if not isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return None
+    name = getattr(func, "_qualified_op_name", None) or getattr(getattr(func, "_schema", None), "name", None)
+    return NPU_IMPLS.get(name) if name else None
 
 
 def _npu_namespace() -> types.ModuleType:
@@ -349,6 +363,7 @@ def _npu_namespace() -> types.ModuleType:
 
 
 _NPU_KEYS = ("NPU", "PrivateUse1")
+NPU_IMPLS: dict = {}   # "ns::op" -> the Python function a file registered for the NPU key
 
 
 def _cpu_key(key):
@@ -372,12 +387,15 @@ def _library_patches() -> list:
         return impl(qualname, types_, func, *args, **kwargs)
 
     def lib_impl_npu(self, op_name, fn, dispatch_key="", *args, **kwargs):
+        if dispatch_key in _NPU_KEYS and callable(fn):
+            name = op_name if isinstance(op_name, str) else getattr(op_name, "__name__", str(op_name))
+            NPU_IMPLS[f"{self.ns}::{name.split('::')[-1].split('.')[0]}"] = fn
         return lib_impl(self, op_name, fn, _cpu_key(dispatch_key), *args, **kwargs)
 
     # the renamed PrivateUse1 backend ("npu") has no device behind it: torch.accelerator must not
     # report one (dynamo would ask it for streams); the "NPU" of the stand-in is the CPU
     return [(torch.library, "impl", impl_npu), (torch.library.Library, "impl", lib_impl_npu),
-            (torch.accelerator, "is_available", lambda: False)]
+            (torch.accelerator, "is_available", lambda: False), (torch, "compile", _compile_patch())]
 
 
 class CompilerConfig:
@@ -388,10 +406,26 @@ class CompilerConfig:
 
 
 def get_npu_backend(compiler_config=None, *args, **kwargs):
-    """A ``torch.compile`` backend running the captured FX graph as it is (once per call)."""
+    """A ``torch.compile`` backend running the captured FX graph as it is (once per call);
+    ``torch.compile(model, backend=<this>)`` returns the model itself while the stand-in is
+    installed (`_compile`): the graph torchair would capture and replay runs the same operators,
+    once per call, and dynamo's fake-tensor tracing of the stand-in's NPU tensors is avoided."""
     def backend(gm, example_inputs):
         return gm.forward
+    backend.__pto_torchair__ = True
     return backend
+
+
+def _compile_patch():
+    original = torch.compile
+
+    def compile(model=None, *args, backend="inductor", **kwargs):
+        if getattr(backend, "__pto_torchair__", False):
+            return model if model is not None else (lambda m: m)
+        if model is None:
+            return original(*args, backend=backend, **kwargs)
+        return original(model, *args, backend=backend, **kwargs)
+    return compile
 
 
 def _torchair_modules() -> dict:
@@ -432,7 +466,7 @@ class NpuOnCpu:
                        ("torch.npu", getattr(torch, "npu", None)),
                        ("Tensor.npu", getattr(torch.Tensor, "npu", None))]
         sys.modules["torch_npu"] = stub
-        for name, module in _torchair_modules().items():
+        for name, module in {**_torchair_modules(), "torch.npu": npu, "torch_npu.npu": npu}.items():
             self._saved.append(("sysmod", (name, sys.modules.get(name))))
             sys.modules[name] = module
         for owner, attr, fn in _library_patches():

@@ -50,6 +50,13 @@ stand-in makes the test's NPU calls mean "the CPU", and nothing else:
   ``ffn_golden_quan_per_token``: ``scale = 127 / max|x|``, ``y = round(x * scale)``, returned
   scale ``1 / scale``; ``silu(a) * b`` of the two halves of the last dimension). They are
   references written here, not the NPU's operators; they say so when first called.
+* **The torch the files are written for.** The framework pins torch 2.8 (with torch_npu 2.8). torch
+  2.14 changed the gradient of ``torch.clamp`` at its bounds from 1 to 0 (closed to open interval,
+  pytorch/pytorch#195931); the QAT backward goldens clamp and differentiate exactly there. When the
+  installed torch has the open interval, ``torch.clamp`` / ``clip`` with number bounds on a tensor
+  that records a gradient is computed by `_ClampClosed`: the same values, the 2.8 gradient (1 for
+  ``min <= x <= max``). Detected by behaviour at install, so a torch with the closed interval is
+  left alone.
 * ``torch.npu.empty_cache()`` does nothing (the CPU has no NPU caching allocator).
 * ``import torchair``: ``torchair.get_npu_backend(compiler_config=...)`` is a ``torch.compile``
   backend that runs the captured graph as it is (on the NPU, torchair's "reduce-overhead" mode
@@ -313,11 +320,63 @@ def npu_swiglu(input, dim=-1):
 
 # ---------------------------------------------------------------------------- devices
 
+class _ClampClosed(torch.autograd.Function):
+    """``torch.clamp(x, min, max)`` with number bounds and torch 2.8's gradient: 1 where
+    ``min <= x <= max`` (bounds included), else 0."""
+
+    @staticmethod
+    def forward(ctx, x, lo, hi):
+        ctx.save_for_backward(x)
+        ctx.bounds = (lo, hi)
+        return torch.clamp(x, lo, hi)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        lo, hi = ctx.bounds
+        keep = torch.ones_like(x, dtype=torch.bool)
+        if lo is not None:
+            keep &= x >= lo
+        if hi is not None:
+            keep &= x <= hi
+        return torch.where(keep, grad, torch.zeros_like(grad)), None, None
+
+
+def _clamp_gradient_is_open() -> bool:
+    """True when this torch gives ``clamp`` a zero gradient at its bounds (torch >= 2.14)."""
+    x = torch.tensor([0.0, 1.0], requires_grad=True)
+    torch.clamp(x, 0.0, 1.0).sum().backward()
+    return bool((x.grad == 0).all())
+
+
+_CLAMPS = {torch.clamp, torch.clip, torch.Tensor.clamp, torch.Tensor.clip}
+
+
+def _closed_clamp(func, args, kwargs):
+    """The 2.8-gradient clamp for a call that needs it, else None."""
+    if func not in _CLAMPS or not args or not torch.is_grad_enabled():
+        return None
+    x, rest = args[0], list(args[1:])
+    lo = kwargs.get("min", rest[0] if rest else None)
+    hi = kwargs.get("max", rest[1] if len(rest) > 1 else None)
+    if not (isinstance(x, torch.Tensor) and x.requires_grad) or isinstance(lo, torch.Tensor) or isinstance(hi, torch.Tensor):
+        return None
+    return _ClampClosed.apply(x, lo, hi)
+
+
 class _NpuMeansCpu(TorchFunctionMode):
     """Rewrites ``device='npu[:N]'`` / an integer id and ``.to('npu[:N]')`` / ``.to(N)`` to the CPU."""
 
+    def __init__(self, closed_clamp: bool = False):
+        super().__init__()
+        self.closed_clamp = closed_clamp
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
+        if self.closed_clamp:
+            out = _closed_clamp(func, args, kwargs)
+            if out is not None:
+                return out
         if _is_npu(kwargs.get("device")):
             kwargs["device"] = "cpu"
         if getattr(func, "__name__", "") == "to":
@@ -474,7 +533,7 @@ class NpuOnCpu:
             setattr(owner, attr, fn)
         torch.npu = npu
         torch.Tensor.npu = lambda self, *a, **k: self
-        self._mode = _NpuMeansCpu()
+        self._mode = _NpuMeansCpu(closed_clamp=_clamp_gradient_is_open())
         self._mode.__enter__()
         return self
 

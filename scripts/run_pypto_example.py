@@ -734,6 +734,7 @@ def run(path: str, args: list[str], golden: bool = True, add_run_mode: bool = Tr
         data = _report_dict(path, call, argv, rw, recorder, launches, error, stand_in_mod,
                             time.perf_counter() - t_start, cost_only)
         data["exit"] = code_out
+        data["cpu_s"] = round(time.process_time(), 2)   # this process's CPU time (all its threads)
         write_text_atomic(report, json.dumps(data, indent=1, default=str))
     return code_out
 

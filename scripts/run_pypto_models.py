@@ -3,7 +3,7 @@
 as the manifest in the repository lists them, and print one row per test.
 
     python scripts/run_pypto_models.py PYPTO_SRC [--json PATH] [--only TEXT] [--fast] [--left-out]
-                                       [--costs] [--timeout SECONDS] [--manifest PATH]
+                                       [--costs] [--jobs N] [--timeout SECONDS] [--manifest PATH]
 
 PYPTO_SRC is a checkout of the framework's repository (not vendored: clone it yourself). The
 manifest (`scripts/pypto_models_manifest.toml`) has one ``[[test]]`` per test the lab runs: the
@@ -23,6 +23,11 @@ when it ran to the end, made at least one comparison and every comparison passed
 every test run passes. ``--json PATH`` writes a list with one object per test (``file``, ``test``,
 ``passed``, ``comparisons``, ``max_abs_diff`` and the rest of the row), whole or not at all.
 
+``--jobs N`` runs N tests at a time (default 2: the two cores the lab's budget is set for; each
+test process is single-threaded). Besides each test's wall time, its CPU seconds (the test
+process's own, from its report) are summed: on a shared machine the wall time of a run says how
+busy the machine was, the CPU seconds what the run costs.
+
 ``--fast``: only the tests the manifest marks ``fast`` (what ``tests/test_pto_models.py`` runs).
 ``--left-out``: also run the left-out tests that have a ``call`` (to reproduce their numbers).
 ``--costs``: each test at the file's own sizes (``cost_set`` instead of ``set``: usually none),
@@ -34,6 +39,7 @@ GM bytes at the sizes the file itself tests.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import math
 import os
@@ -129,7 +135,7 @@ def _tol(c: dict) -> str:
 def _row(e, rep, out, code, wall, costs, sets) -> dict:
     row = {"file": e["file"], "test": e["test"], "call": _call(e, costs), "set": list(sets),
            "real": e.get("real", ""), "wall_s": round(wall, 2), "comparisons": 0, "comparisons_passed": 0,
-           "max_abs_diff": None, "tolerance": None, "sim_us": None, "roofline_us": None, "kernels": [],
+           "max_abs_diff": None, "tolerance": None, "sim_us": None, "roofline_us": None, "kernels": [], "cpu_s": None,
            "passed": False, "verdict": "", "error": None}
     if code is None:
         row["verdict"] = "timeout"
@@ -141,6 +147,7 @@ def _row(e, rep, out, code, wall, costs, sets) -> dict:
         row["error"] = " | ".join(tail)[-300:] or f"exit {code}"
         return row
     comps = rep["comparisons"]
+    row["cpu_s"] = rep.get("cpu_s")
     row["comparisons"] = len(comps)
     row["comparisons_passed"] = sum(1 for c in comps if c["passed"])
     finite = [c for c in comps if c["max_abs_diff"] is not None and not math.isnan(c["max_abs_diff"])]
@@ -186,14 +193,14 @@ def table(rows: list[dict], costs: bool = False) -> str:
                 lines.append(f"| {r['file']} | {r['test']} | {k['kernel']} | {k['launches']} | {k['time_us']:,.1f} | "
                              f"{k['roofline_us']:,.1f} | {ratio:.2f} | {k['gm_bytes'] / 1e6:,.1f} | {r['wall_s']:.0f} |")
         return "\n".join(lines)
-    lines = ["| file | test | sizes | comparisons | max abs diff (tolerance) | simulated µs | wall s | verdict |",
-             "|---|---|---|---:|---|---:|---:|---|"]
+    lines = ["| file | test | sizes | comparisons | max abs diff (tolerance) | simulated µs | wall s | CPU s | verdict |",
+             "|---|---|---|---:|---|---:|---:|---:|---|"]
     for r in rows:
         sizes = ", ".join(r["set"]) or "as in the file"
         diff = "-" if r["max_abs_diff"] is None else f"{r['max_abs_diff']:.3g} ({r['tolerance']})"
         verdict = r["verdict"] + ("" if r["passed"] or not r["error"] else f": {r['error'][:160]}")
         lines.append(f"| {r['file']} | {r['test']} | {sizes} | {r['comparisons_passed']}/{r['comparisons']} | {diff} "
-                     f"| {_fmt(r['sim_us'], ',.1f')} | {r['wall_s']:.1f} | {verdict} |")
+                     f"| {_fmt(r['sim_us'], ',.1f')} | {r['wall_s']:.1f} | {_fmt(r['cpu_s'], '.1f')} | {verdict} |")
     return "\n".join(lines)
 
 
@@ -213,6 +220,7 @@ def main(argv=None) -> int:
     ap.add_argument("--fast", action="store_true", help="only the tests marked fast")
     ap.add_argument("--left-out", action="store_true", help="also run the left-out tests that have a call")
     ap.add_argument("--costs", action="store_true", help="cost every test at the file's own sizes (values not computed)")
+    ap.add_argument("--jobs", type=int, default=2, help="tests run at a time (default 2)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per test (default 900)")
     ap.add_argument("--manifest", type=Path, default=MANIFEST)
     args = ap.parse_args(argv)
@@ -230,12 +238,17 @@ def main(argv=None) -> int:
         todo += [e for e in left if e.get("call")]
     if args.only:
         todo = [e for e in todo if args.only in e["file"] or args.only in e["test"]]
-    rows = []
+    if args.jobs < 1:
+        print(f"--jobs {args.jobs}: Rule: at least one test runs at a time. Fix: --jobs 1 (or 2 on two cores)")
+        return 2
     t0 = time.perf_counter()
-    for e in todo:
-        row = run_entry(args.src, e, costs=args.costs, timeout=args.timeout)
-        rows.append(row)
-        print(f"[run_pypto_models] {row['file']}::{row['test']}: {row['verdict']} ({row['wall_s']:.1f} s)", flush=True)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = [pool.submit(run_entry, args.src, e, args.costs, args.timeout) for e in todo]
+        for fut in concurrent.futures.as_completed(futures):
+            row = fut.result()
+            print(f"[run_pypto_models] {row['file']}::{row['test']}: {row['verdict']} ({row['wall_s']:.1f} s wall, "
+                  f"{_fmt(row['cpu_s'], '.1f')} s CPU)", flush=True)
+    rows = [f.result() for f in futures]   # in manifest order
     print()
     print(table(rows, costs=args.costs))
     print()
@@ -245,7 +258,9 @@ def main(argv=None) -> int:
             print("\nLeft out:")
             for e in left:
                 print(f"* {e['file']}::{e['test']}: {e['reason']}")
-    print(f"\nwall time {time.perf_counter() - t0:.0f} s")
+    cpu = sum(r["cpu_s"] or 0.0 for r in rows)
+    print(f"\nwall time {time.perf_counter() - t0:.0f} s with {args.jobs} test(s) at a time; CPU time of the tests "
+          f"{cpu:.0f} s")
     if args.json:
         sys.path.insert(0, str(ROOT))
         from pypto_lab.fileio import write_text_atomic

@@ -9,8 +9,9 @@ loop is batched only if all of these hold (else `execute` runs it iteration by i
 * its bodies hold only views and reshapes, element-wise ops (not ``tril`` / ``triu`` /
   ``fillpad``, which depend on the tile's position), reductions, casts, matmuls and assembles,
   no nested loop, no special op (gather, sort, ...) and no run-time valid shape;
-* a body reads GM (views of kernel arguments or ``pypto.tensor`` buffers, and scalar reads in
-  its offsets) only from tensors no body of the loop writes: nothing flows between iterations;
+* a body reads GM (views of kernel arguments or ``pypto.tensor`` buffers, values the body writes
+  in place (``acc[:] = ...``), and scalar reads in its offsets) only from tensors no body of the
+  loop writes: nothing flows between iterations;
 * the windows the iterations write do not overlap (they are disjoint along some axis, checked on
   the offsets of every iteration), so the order of the writes does not matter;
 * a view's offsets into a tensor computed in the body are the same in every iteration.
@@ -90,7 +91,8 @@ def plan(graph, loop_node) -> dict | None:
                 for j in n.inputs:
                     if j not in body:
                         jn = nodes[j]
-                        root = jn.attrs.get("root", j) if jn.op in ("view", "param", "alloc") else None
+                        root = jn.attrs.get("root", j) if jn.op in ("view", "param", "alloc") or j in graph.carried \
+                            else None
                         if root is not None:
                             read.add(root)
         bodies.append(ids)

@@ -254,7 +254,8 @@ def _run_node(run: _Run, n) -> None:
         return
     out = _compute(run, n, [run.env[i] for i in n.inputs])
     if out is not None:
-        run.env[n.id] = out
+        # a value a loop body writes in place (`ops._assemble_carried`) owns its memory
+        run.env[n.id] = out.clone() if n.id in run.graph.carried else out
 
 
 def _elementwise_node(run: _Run, n, ins: list) -> torch.Tensor:

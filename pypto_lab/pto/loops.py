@@ -231,6 +231,7 @@ def expand(graph: TensorGraph, copies: dict) -> tuple[TensorGraph, list[tuple]]:
     out.params = [remap[p] for p in graph.params]
     out.param_names = list(graph.param_names)
     out.returns = [remap[r] for r in graph.returns]
+    out.carried = {remap[c] for c in graph.carried if c in remap}
     return out, paths
 
 

@@ -507,8 +507,24 @@ def _assemble_into_value(tr, src, offsets, dst):
             raise ShapeError(f"assemble: source of shape {src.shape} at offsets {offsets} does not fit the destination "
                              f"of shape {dst.shape} (dimension {d}: {h} + {s_} > {n_}). Fix the offsets or slice the "
                              "source")
+    if tr.sym_loops and dst._id < tr.sym_loops[-1].node:
+        return _assemble_carried(tr, src, offsets, dst)
     out = tr.new("update", [dst._id, src._id], dst.shape, dst.dtype, {"offsets": tuple(offsets)}, vec=True)
     dst._trace, dst._id = out._trace, out._id
+    return None
+
+
+def _assemble_carried(tr, src, offsets, dst):
+    """``acc[:] = pypto.add(acc, part)`` in the body of a symbolic loop (traced once), ``acc`` computed
+    before the loop (``pypto.full``): a value carried from iteration to iteration. As in the real
+    framework, where the body is one function and a tensor it writes that lives outside it is memory
+    the iterations share, ``acc`` becomes a buffer (its value lives in GM: `graph.carried`) and the
+    write an ``assemble`` into it; each iteration reads what the previous one wrote, and what follows
+    the loop reads the last write. Such a loop runs iteration by iteration (`batched.plan`)."""
+    tr.graph.carried.add(dst._id)
+    node = tr.new("assemble", [src._id, dst._id], src.shape, src.dtype,
+                  {"offsets": tuple(offsets), "root": dst._id, "root_offsets": tuple(offsets), "carried": True})
+    tr.note_read(src._id, node._id)
     return None
 
 

@@ -23,7 +23,7 @@ from ..hw.simulator import PingPong, Program, ProgramArrays
 from . import ops_math, special
 from .blocks import BlockGraph
 from .graph import REDUCTIONS
-from .tiling import TileGraph
+from .tiling import TileGraph, is_moveout_transpose
 
 _BINARY = {"add": ("VADD",), "sub": ("VSUB",), "mul": ("VMUL",), "div": ("VDIV",), "maximum": ("VMAX",),
            "minimum": ("VMIN",), "adds": ("VADDS",), "subs": ("VADDS",), "muls": ("VMULS",), "divs": ("VMULS",),
@@ -269,6 +269,8 @@ def _emit_node(em: Emitter, core: int, chip: Chip, g, n, nodes, tiles, ready, la
         nb = max(src_dt.bytes, n.dtype.bytes)
         return [em.repeats(core, chip, "VCONV", timing, _reps(chip, _elems(g.spans[n.id], e), nb), (ready[ins[0]][j],))
                 for j, e in enumerate(tiles)]
+    if op == "transpose" and is_moveout_transpose(n):   # done by the copy out of UB (`tiling.is_moveout_transpose`)
+        return list(ready[ins[0]])
     if op == "transpose":
         key = "UINT32" if n.dtype.bytes == 4 else "UINT16"
         timing = chip.vector.timing("VGATHER", f"{key}_{key}")

@@ -252,7 +252,7 @@ def build_tile_graph(graph: TensorGraph, chip: Chip, double_buffer: bool = True)
         if n.op == "reshape" and tid in root_writers:   # an in-place reshape written through
             return set(root_writers[tid]) | writers(n.inputs[0])
         if tid in gm_writer:
-            return {gm_writer[tid]}
+            return {gm_writer[tid]} | set(root_writers.get(tid, ()))   # (and a loop body's in-place writes)
         if n.op in ("view", "reshape"):
             return writers(n.inputs[0])
         return set()
@@ -338,6 +338,8 @@ def build_tile_graph(graph: TensorGraph, chip: Chip, double_buffer: bool = True)
                 cube_of[n.id] = g  # an output it is assembled into is written directly (no copy)
         elif op == "assemble":
             src, root, roff = n.inputs[0], n.attrs["root"], n.attrs["root_offsets"]
+            if n.attrs.get("carried"):
+                materialise(root)   # a computed value a loop body writes in place lives in GM
             where = loc.get(src)
             if isinstance(where, int):
                 groups[where].stores.append((src, root, roff))
@@ -412,6 +414,20 @@ def build_tile_graph(graph: TensorGraph, chip: Chip, double_buffer: bool = True)
     return TileGraph(groups, graph)
 
 
+def is_moveout_transpose(n) -> bool:
+    """A transpose that keeps the last axis in place (``transpose(x, 0, 1)`` of ``[t, n, d]``). The
+    real framework makes it a ``TRANSPOSE_MOVEOUT`` (operation/vector/tensor_transformation.cpp,
+    TensorInnerTranspose): the tile is written from UB to GM with the two axes swapped by the copy
+    itself, so its result takes no UB buffer and no vector instruction; a transpose that moves the
+    last axis is a ``VNCHWCONV`` in UB (its own buffer)."""
+    if n.op != "transpose":
+        return False
+    rank = len(n.shape)
+    if "perm" in n.attrs:
+        return n.attrs["perm"][-1] == rank - 1
+    return rank - 1 not in (n.attrs["dim0"], n.attrs["dim1"])
+
+
 # Ops whose output never takes an input's UB buffer. The real compiler's SrcDstBufferMerge pass
 # (framework/src/passes/block_graph_pass/memory_reuse/merge_src_dst_buffer.cpp) skips ops marked
 # ``excludeBufferReuse`` in its opcode table (divs, reciprocal, pow, erf, round, the trigonometric
@@ -477,12 +493,17 @@ def _ub_plan(g: Group, graph: TensorGraph, tile, reuse: bool = True, stream: boo
     live_from.update({t: pos[t] for t in order if nodes[t].op != "assemble"})
     buf = {t: t for t in live_from}           # tensor -> buffer (the id of the tensor that owns it)
     merged: dict[int, int] = {}
+    for tid in order:   # a move-out transpose is the store of its input's buffer, with the axes swapped
+        if is_moveout_transpose(nodes[tid]) and nodes[tid].inputs[0] in buf:
+            buf[tid] = buf[nodes[tid].inputs[0]]
     if reuse:
         for tid in order:
             n = nodes[tid]
             # a copy (clone) writes its input's buffer as it reads it: the real SrcDstBufferMerge
             # merges a copy's source and destination
             if (n.op in NO_INPLACE and not (n.op == "math" and n.attrs.get("fn") == "clone")) or tid not in buf:
+                continue
+            if buf[tid] != tid:   # already another tensor's buffer (a move-out transpose)
                 continue
             for i in n.inputs:
                 if (i in buf and i not in stored and consumers.get(i) == {tid} and nbytes(i) == nbytes(tid)

@@ -271,3 +271,27 @@ def test_a_longer_tile_sizes_special_ops_by_its_leading_sizes():
         assert torch.equal(out, x[:, 0::2])
         tasks.append([g.n_tasks for g in kernel.last_compiled.tile_graph.groups])
     assert tasks[0] == tasks[1] == [4]
+
+
+def test_a_transpose_keeping_the_last_axis_is_a_move_out_and_takes_no_ub_of_its_own():
+    """As the real TRANSPOSE_MOVEOUT (tensor_transformation.cpp): transpose(x, 0, 1) of [t, n, d] is
+    written from UB to GM with the axes swapped, so a (16, 32, 128) bf16 tile (128 KiB) fits the
+    192 KiB UB with no second buffer (mla_indexer_prolog's Prepare_qNope); a transpose of the last
+    two axes is a VNCHWCONV in UB, needs a result buffer too, and the same tile does not fit."""
+    @pypto.jit
+    def lead(x: pypto.Tensor([32, 128, 128], pypto.DT_BF16), out: pypto.Tensor([128, 32, 128], pypto.DT_BF16)):
+        pypto.set_vec_tile_shapes(16, 32, 128)
+        out[:] = pypto.transpose(x, 0, 1)
+
+    x = torch.randn(32, 128, 128, dtype=torch.bfloat16)
+    out = torch.empty(128, 32, 128, dtype=torch.bfloat16)
+    lead(x, out)
+    assert torch.equal(out, x.transpose(0, 1))
+
+    @pypto.jit
+    def last(x: pypto.Tensor([32, 128, 128], pypto.DT_BF16), out: pypto.Tensor([32, 128, 128], pypto.DT_BF16)):
+        pypto.set_vec_tile_shapes(16, 32, 128)
+        out[:] = pypto.transpose(x, 1, 2)
+
+    with pytest.raises(pypto.TileCapacityError, match="262144 bytes of UB"):
+        last(x, torch.empty(32, 128, 128, dtype=torch.bfloat16))

@@ -321,3 +321,18 @@ def test_the_three_day0_models_are_known_from_their_config_json(name, billions, 
         assert spec.extra["full_attention_interval"] == 4 and spec.experts == 512 and spec.top_k == 10
     if name == "glm-4.5":
         assert (spec.experts, spec.top_k, spec.dense_layers, spec.qk_norm, spec.rotary_fraction) == (160, 8, 3, True, 0.5)
+
+
+def test_the_stand_in_keeps_the_clamp_gradient_of_the_torch_the_files_pin():
+    """torch 2.14 gives clamp a zero gradient at its bounds (pytorch#195931); the framework pins torch
+    2.8, where it is 1, and the QAT backward goldens differentiate exactly there."""
+    stand_in = _shim().NpuOnCpu().install()
+    try:
+        x = torch.tensor([-2.0, -1.0, 0.0, 1.0, 2.0], requires_grad=True)
+        torch.clamp(x, -1.0, 1.0).sum().backward()
+        assert x.grad.tolist() == [0.0, 1.0, 1.0, 1.0, 0.0]
+        y = torch.tensor([0.5, 3.0], requires_grad=True)
+        (y.clamp(max=3.0) * 2).sum().backward()
+        assert y.grad.tolist() == [2.0, 2.0]
+    finally:
+        stand_in.uninstall()

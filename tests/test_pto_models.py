@@ -293,7 +293,7 @@ def test_manifest_files_exist_in_the_checkout():
 def test_the_fast_subset_of_the_manifest_passes(tmp_path):
     """The manifest's `fast` tests, each against its own golden at its own tolerance."""
     out_json = tmp_path / "fast.json"
-    p = _models(_checkout(), "--fast", "--json", out_json)
+    p = _models(_checkout(), "--fast", "--jobs", "1", "--json", out_json)
     out = p.stdout + p.stderr
     rows = json.loads(out_json.read_text())
     assert rows and p.returncode == 0, out[-6000:]

@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..fileio import write_text_atomic
 from ..hw.chip import PIPES, Chip
 from ..hw.simulator import Timeline
@@ -65,9 +67,20 @@ class RunResult:
 
     __str__ = summary
 
-    def chrome_trace(self) -> dict:
+    def chrome_trace(self, max_events: int | None = None) -> dict:
+        """The swimlane as a Chrome trace. ``max_events``: keep only the instructions that start
+        before the cycle at which that many have started (the trace of a long kernel, millions of
+        instructions, is otherwise gigabytes of JSON); ``otherData["truncated"]`` then says how many
+        there were and up to which cycle the trace is complete."""
         tl, chip = self.timeline, self._chip
         ev = []
+        keep = range(len(tl))
+        truncated = None
+        if max_events is not None and len(tl) > max_events:
+            starts = np.asarray(tl.start)
+            cutoff = float(np.partition(starts, max_events - 1)[max_events - 1])
+            keep = np.flatnonzero(starts < cutoff).tolist()
+            truncated = {"instructions": len(tl), "kept": len(keep), "complete_up_to_cycle": cutoff}
         cores = sorted({int(c) for c in tl.core})
         for c in cores:
             ev.append({"ph": "M", "name": "process_name", "pid": c, "args": {"name": core_name(chip, c)}})
@@ -75,7 +88,7 @@ class RunResult:
             for p, name in enumerate(PIPES):
                 ev.append({"ph": "M", "name": "thread_name", "pid": c, "tid": p, "args": {"name": name}})
         mhz = chip.clock_mhz
-        for i in range(len(tl)):
+        for i in keep:
             dur = (tl.end[i] - tl.start[i]) / mhz
             if dur <= 0:
                 continue
@@ -101,10 +114,12 @@ class RunResult:
                                        f"({v['simulated']} simulated)",
                                "args": {"iterations": v["iterations"], "simulated": v["simulated"],
                                         "marginal_cycles": v["marginal_cycles"], "when": cond}})
-        return {"traceEvents": ev, "displayTimeUnit": "ns",
-                "otherData": {"kernel": self.name, "chip": self.chip, "cycles": self.cycles,
-                              # each group's ops and semantic labels ("exp+sum [softmax]")
-                              "groups": [g["ops"] for g in self.groups]}}
+        other = {"kernel": self.name, "chip": self.chip, "cycles": self.cycles,
+                 # each group's ops and semantic labels ("exp+sum [softmax]")
+                 "groups": [g["ops"] for g in self.groups]}
+        if truncated:
+            other["truncated"] = truncated
+        return {"traceEvents": ev, "displayTimeUnit": "ns", "otherData": other}
 
     def export_chrome_trace(self, path) -> str:
         """Write the swimlane (chrome://tracing, Perfetto) atomically; returns the path."""

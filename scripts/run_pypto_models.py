@@ -204,6 +204,17 @@ def table(rows: list[dict], costs: bool = False) -> str:
     return "\n".join(lines)
 
 
+def file_table(rows: list[dict], left: list[dict]) -> str:
+    """One row per test file: tests run, passing, left out; the CPU seconds of its tests."""
+    files = sorted({r["file"] for r in rows} | {e["file"] for e in left})
+    lines = ["| file | tests run | pass | left out | CPU s |", "|---|---:|---:|---:|---:|"]
+    for f in files:
+        mine = [r for r in rows if r["file"] == f]
+        lines.append(f"| {f} | {len(mine)} | {sum(r['passed'] for r in mine)} | "
+                     f"{sum(e['file'] == f for e in left)} | {sum(r['cpu_s'] or 0.0 for r in mine):.0f} |")
+    return "\n".join(lines)
+
+
 def summary(rows: list[dict], left: list[dict]) -> str:
     files = sorted({r["file"] for r in rows} | {e["file"] for e in left})
     passing = sorted({r["file"] for r in rows if r["passed"]})
@@ -253,6 +264,8 @@ def main(argv=None) -> int:
     print(table(rows, costs=args.costs))
     print()
     if not args.costs:
+        print(file_table(rows, [] if args.only or args.fast else left))
+        print()
         print(summary(rows, [] if args.only or args.fast else left))
         if left and not args.only and not args.fast:
             print("\nLeft out:")

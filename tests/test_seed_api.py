@@ -42,15 +42,23 @@ def test_auto_tune_accepts_the_model_it_was_optimised_from(tmp_path):
 
 
 def test_the_seed_article_script_runs_with_only_the_import_changed(tmp_path):
-    env = dict(os.environ, PYPTO_LAB_TUNING_CACHE=str(tmp_path / "tuning.json"), MPLBACKEND="Agg")
-    run = subprocess.run([sys.executable, str(ROOT / "examples" / "seed_article.py")], capture_output=True,
-                         text=True, env=env, cwd=tmp_path, timeout=600)
+    """Through ``pypto-lab run``, its ``.to("npu")`` / ``.npu()`` lines as the article writes them."""
+    env = dict(os.environ, PYPTO_LAB_TUNING_CACHE=str(tmp_path / "tuning.json"), MPLBACKEND="Agg",
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    run = subprocess.run([sys.executable, "-m", "pypto_lab.run", "--output", str(tmp_path / "run"),
+                          str(ROOT / "examples" / "seed_article.py")], capture_output=True,
+                         text=True, env=env, cwd=tmp_path, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     out = run.stdout
-    for marker in ("4.1 optimize: (1, 1000)", "4.2 amp O2", "4.2 custom_op", "fallbacks: []", "4.2 memory pool",
+    for marker in ("4.1 optimize: (1, 1000) npu:0", "4.2 amp O2", "4.2 custom_op", "fallbacks: []", "4.2 memory pool",
                    "Self NPU time total", "Conv2D", "5.3 max difference", "6.2 FusedBERTLayer: 9 kernels",
-                   "7.2 quantization: QuantizedLinear", "8.1 level 3", "auto_tune (exhaustive)", "max abs error",
-                   "9.3 trace written"):
+                   "7.1 DDP: DistributedDataParallel world size 1 grad on npu:0", "7.2 quantization: QuantizedLinear",
+                   "7.3 ONNX -> OM: model.om", "8.1 level 3", "8.2 NPUDataLoader: 2 batches of (256, 3, 32, 32) on npu:0",
+                   "auto_tune (exhaustive)", "max abs error", "9.3 trace written",
+                   "pypto-lab run: seed_article.py", "MemcpyH2D", "optimized:ResNet"):
         assert marker in out, marker
     source = (ROOT / "examples" / "seed_article.py").read_text()
     assert "import pypto\n" not in source and "import pypto_lab as pypto" in source
+    for line in ('model = model.to("npu")', 'input_data = input_data.to("npu")', "npu_out = model.npu()(input.npu())"):
+        assert line in source, line
+    assert "# no NPU here" not in source

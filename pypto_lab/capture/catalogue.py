@@ -54,13 +54,15 @@ CPU = NpuOp("", "cpu")  # the entry of an operator the table does not know: the 
 
 # user operators registered with `pypto_lab.custom_op` are captured as "pypto_lab_user.<name>.default"
 CUSTOM_NAMESPACE = "pypto_lab_user"
+# operator namespaces whose targets read "<namespace>.<op>.<overload>" (npu: torch_npu's fused operators)
+NAMESPACES = ("aten.", "pypto_lab.", "transformers.", "npu.")
 
 
 def aten_name(target: str) -> str:
     """"aten.conv2d.default" -> "conv2d"; "pypto_lab.linear_int8.default" -> "linear_int8";
-    "transformers.grouped_mm_fallback.default" -> "grouped_mm_fallback";
-    "<built-in function getitem>" -> "getitem"."""
-    if target.startswith(("aten.", "pypto_lab.", "transformers.")):
+    "transformers.grouped_mm_fallback.default" -> "grouped_mm_fallback"; torch_npu's fused operators,
+    "npu.npu_rms_norm.default" -> "npu_rms_norm"; "<built-in function getitem>" -> "getitem"."""
+    if target.startswith(NAMESPACES):
         return target.split(".")[1]
     if "getitem" in target:
         return "getitem"
@@ -71,7 +73,7 @@ def overload_name(target: str) -> str:
     """"aten.add.Scalar" -> "add.Scalar": the op and its overload, for table entries that depend on
     the overload ("" when the target has none)."""
     parts = target.split(".")
-    return f"{parts[1]}.{parts[2]}" if len(parts) >= 3 and parts[0] in ("aten", "pypto_lab", "transformers") else ""
+    return f"{parts[1]}.{parts[2]}" if len(parts) >= 3 and parts[0] + "." in NAMESPACES else ""
 
 
-__all__ = ["CPU", "CUSTOM_NAMESPACE", "NpuOp", "aten_name", "overload_name"]
+__all__ = ["CPU", "CUSTOM_NAMESPACE", "NAMESPACES", "NpuOp", "aten_name", "overload_name"]

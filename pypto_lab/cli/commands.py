@@ -1,5 +1,6 @@
 """The `pypto-lab` command: `tour` (the main job of `make demo`), `chips`, `matmul`, `vector`,
-`report`, `compare`, `calibrate`, `atc` (ATC's flags: ONNX in, an OM file out).
+`report`, `compare`, `calibrate`, `atc` (ATC's flags: ONNX in, an OM file out), `run` (an
+unmodified torch_npu script on the simulated card).
 
 Bad input ends the command with one line on stderr, ``pypto-lab: error: ...`` naming the value,
 the rule and a fix, and exit code 2; it is checked before any long computation starts."""
@@ -20,6 +21,8 @@ from ..llm import HBMCapacityError
 from ..llm.validation import cli_text
 from ..models.zoo import load_model
 from ..stack import DEFAULT_STACK, STACK_DIR, get_stack, list_stacks
+from ..torch_npu_sim.runner import add_arguments as add_run_arguments
+from ..torch_npu_sim.runner import run_from_args
 from ..viz.tour_report import write_tour_report
 from .llm import add_llm_commands
 
@@ -321,8 +324,16 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--level", type=int, default=2, help="(workbench, not ATC) the optimisation level, default 2")
     a.add_argument("--top", type=int, default=10, help="(workbench, not ATC) kernels to list, slowest first")
     a.set_defaults(func=cmd_atc)
+    r = sub.add_parser("run", help="run an unmodified torch_npu script on the simulated card: .npu(), torch.npu, "
+                                   "the fused operators, timed on the chip; a summary, a trace and kernel_details.csv")
+    add_run_arguments(r)
+    r.set_defaults(func=cmd_run)
     add_llm_commands(sub)
     return p
+
+
+def cmd_run(args) -> int:
+    return run_from_args(args)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,6 +35,7 @@ from ..capture.fx_node import op_graph
 from ..capture.graph import Graph, Node
 from ..hw.chip import Chip
 from ..kernels.ir import KernelSpec
+from . import npu_ops as N
 from . import train_ops as T
 from .lower import lower_all
 from .precision import Precision
@@ -181,6 +182,41 @@ def _entries() -> dict[str, NpuOp]:
         "multi_head_attention_forward": "MultiHeadAttention",
     }
     out.update({k: NpuOp(v, "composite") for k, v in composite.items()})
+    # element-wise ops an optimizer or an eager script calls (CANN's Addcmul, Addcdiv, Lerp, ...)
+    out.update({
+        "addcmul": _vec("Addcmul", "mul", "add"), "addcmul_": _vec("Addcmul", "mul", "add"),
+        "addcdiv": _vec("Addcdiv", "div", "add"), "addcdiv_": _vec("Addcdiv", "div", "add"),
+        "lerp": _vec("Lerp", "sub", "mul", "add"), "lerp_": _vec("Lerp", "sub", "mul", "add"),
+        "sqrt_": _vec("Sqrt", "sqrt"), "exp_": _vec("Exp", "exp"), "neg_": _vec("Neg", "mul"),
+        "zero_": NpuOp("ZerosLike", "move"), "normal_": NpuOp("StatelessRandomNormal", "move"),
+        "uniform_": NpuOp("StatelessRandomUniform", "move"), "randn": NpuOp("StatelessRandomNormal", "move"),
+        "rand": NpuOp("StatelessRandomUniform", "move"), "randint": NpuOp("StatelessRandomUniform", "move"),
+        "bernoulli_": NpuOp("StatelessBernoulli", "move"), "topk": _vec("TopKV2", "max", sized_by_input=True),
+        "sort": _vec("Sort", "max", sized_by_input=True), "linalg_vector_norm": _vec("LpNormV2", "rmsnorm", fp32=True),
+        "rms_norm": _vec("RmsNorm", "rmsnorm", fp32=True), "_fused_rms_norm": _vec("RmsNorm", "rmsnorm", fp32=True),
+    })
+    # torch_npu's fused operators (torch.ops.npu.<name>: "npu.<name>.default"), each the CANN kernel it
+    # launches (`npu_ops`)
+    fused = {
+        "npu_rms_norm": ("RmsNorm", "vector", N.rms_norm), "npu_add_rms_norm": ("AddRmsNorm", "vector", N.add_rms_norm),
+        "npu_rotary_mul": ("RotaryMul", "vector", N.rotary_mul), "npu_swiglu": ("SwiGlu", "vector", N.swiglu),
+        "npu_fusion_attention": ("FlashAttentionScore", "composite", N.fusion_attention),
+        "npu_fusion_attention_grad": ("FlashAttentionScoreGrad", "composite", N.fusion_attention_backward),
+        "npu_fused_infer_attention_score": ("FusedInferAttentionScore", "composite", N.fused_infer_attention),
+        "npu_moe_gating_top_k": ("MoeGatingTopK", "vector", N.moe_gating_top_k),
+        "npu_moe_gating_top_k_softmax": ("MoeGatingTopKSoftmax", "vector", N.moe_gating_top_k_softmax),
+        "npu_grouped_matmul": ("GroupedMatmul", "cube", N.grouped_matmul),
+        "npu_mla_prolog": ("MlaProlog", "composite", N.mla_prolog),
+        "npu_quant_matmul": ("QuantBatchMatmulV3", "cube", N.quant_matmul),
+        "npu_weight_quant_batchmatmul": ("WeightQuantBatchMatmulV2", "cube", N.weight_quant_batchmatmul),
+        "npu_dynamic_quant": ("DynamicQuant", "vector", N.dynamic_quant),
+        "npu_quantize": ("Quantize", "vector", N.quantize),
+        "npu_format_cast": ("TransData", "move", N.format_cast),
+        "npu_rms_norm_backward": ("RmsNormGrad", "vector", N.rms_norm_backward),
+        "npu_swiglu_backward": ("SwiGluGrad", "vector", N.swiglu_backward),
+        "npu_rotary_mul_backward": ("RotaryMulGrad", "vector", N.rotary_mul_backward),
+    }
+    out.update({k: NpuOp(name, unit, lower=rule) for k, (name, unit, rule) in fused.items()})
     return out
 
 

@@ -99,6 +99,7 @@ class ProfilerEvent:
     block_num: int = 0
     wait_time_us: float = 0.0
     stack: tuple = ()
+    simulated: bool = False         # a CPU event whose time is simulated (pypto-lab run's host dispatch), not measured
 
 
 @dataclass
@@ -437,7 +438,7 @@ class profile:
             meta("thread_name", _CPU_PID, 1, "python")
             for e in self._events:
                 if e.device == "CPU":
-                    args: dict[str, Any] = {"model": e.kernel, "run": e.run, "measured": True}
+                    args: dict[str, Any] = {"model": e.kernel, "run": e.run, "measured": not e.simulated}
                     if e.input_shapes:
                         args["Input Shapes"] = [list(s) for s in e.input_shapes]
                     if e.stack:
@@ -491,11 +492,13 @@ class profile:
                     if k.reports:
                         kernels_shown += complete
                         kernels_cut += not complete
-        other = {"pypto_lab": {
+        axes = getattr(self, "time_axes", None) or {
             "source": "pypto_lab simulator (NPU events) and measured wall time (CPU events)",
-            "runs": len(self._runs),
             "npu_time_axis": "simulated; run i starts where run i-1's schedule ends, from 0",
-            "cpu_time_axis": "measured wall clock from the profile's start",
+            "cpu_time_axis": "measured wall clock from the profile's start"}
+        other = {"pypto_lab": {
+            **axes,
+            "runs": len(self._runs),
             "instruction_events": shown, "instructions_total": total_instr,
             "max_instruction_events": self.max_instruction_events,
             "truncated": shown < total_instr,

@@ -118,6 +118,14 @@ class LLMReport:
     decode_kernels: list[CostedKernel] = field(repr=False)
     spec: LLMSpec = field(repr=False, default=None)
     stack: str = ""
+    plugged: list[dict[str, Any]] = field(default_factory=list)
+
+    def plugged_table(self) -> str:
+        """One line per pto kernel plugged into the decode step: layer kind, kernel, simulated µs per
+        call at the middle context, calls per step, what it replaced."""
+        return "\n".join(f"  {p['kind']:<17} {p['kernel']:<26} {p['us_per_call']:9.2f} us x{p['calls_per_step']:<3}"
+                         f" = {p['ms_per_step']:.3f} ms per step (SIM, context {p['context']}; replaces "
+                         f"{', '.join(p['replaces'])})" for p in self.plugged)
 
     @property
     def e2e_ms(self) -> float:
@@ -145,6 +153,7 @@ class LLMReport:
             "hbm_capacity_bytes": self.hbm.capacity_bytes, "kv_bytes_per_token": self.kv_bytes_per_token,
             "comm_ms": self.comm_ms, "comm_ms_prefill": self.comm_ms_prefill, "comm_ms_per_step": self.comm_ms_per_step,
             "roofline": dict(self.roofline),
+            "plugged": [dict(p) for p in self.plugged],
             "prefill_kernels": [k.to_dict() for k in self.prefill_kernels],
             "decode_kernels": [k.to_dict() for k in self.decode_kernels],
         }
@@ -162,8 +171,10 @@ class LLMReport:
             f"decode: {self.roofline['bound']}-bound, {self.roofline['hbm_fraction']:.0%} of HBM bandwidth, "
             f"{self.roofline['intensity']:.1f} flop/byte (ridge {self.roofline['ridge']:.0f})"
             + (f"; communication {self.comm_ms_per_step:.3f} ms per step" if self.cards > 1 else ""),
-            "slowest kernels of one decode step:",
         ]
+        if self.plugged:
+            lines += ["pto kernels plugged into the decode step:", self.plugged_table()]
+        lines.append("slowest kernels of one decode step:")
         for k in sorted(self.decode_kernels, key=lambda k: -k.time_us)[:top]:
             lines.append(f"  {k.name:<26} x{k.count:<3} {k.time_us / 1000:9.3f} ms  {k.cost.bound}")
         return "\n".join(lines)
@@ -237,14 +248,17 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
                         precision: str = "fp16", *, ep: int = 1, kv_dtype: str | None = None, topology=None,
                         stack: str | Stack = DEFAULT_LLM_STACK, hbm_utilization: float = DEFAULT_HBM_UTILIZATION,
                         context_points: int = 5, launch_us: float | None = None,
-                        kv_impl: str = "in-place") -> LLMReport:
+                        kv_impl: str = "in-place", kernels: dict | None = None) -> LLMReport:
     """Prefill ``batch`` prompts of ``prompt_len`` tokens together, then decode ``output_len``
     tokens for each, on ``cards`` cards of ``chip``. ``model``: a known name, a config.json path, a
     transformers config or causal-LM module, or an `LLMSpec`; ``stack`` the software stack that
     runs the steps (`pypto_lab.stack`, vLLM-Ascend's ACL graph mode by default); ``kv_impl`` how
     the deployment's model code keeps the KV cache (`forward.KV_IMPLS`: "in-place", or
-    "concat-expand" for code that concatenates the cache and expands it to every head). Raises
-    `HBMCapacityError` when the weights, the KV cache and the activations do not fit a card."""
+    "concat-expand" for code that concatenates the cache and expands it to every head). ``kernels``:
+    pto kernels as the implementation of a layer kind in the decode steps, ``{"attention" |
+    "linear_attention" | "moe": kernel}`` (`pypto_lab.llm.plug`: each costed by its SIM run at the
+    step's shapes; the report's ``plugged`` names them with their cost). Raises `HBMCapacityError`
+    when the weights, the KV cache and the activations do not fit a card."""
     if launch_us is not None:
         raise launch_moved(launch_us, stack)
     spec = spec_of(model)
@@ -256,6 +270,10 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
     context_points = check_count("context_points", context_points, 5, what="decode contexts to cost")
     hw = hardware(chip, cards, tp, ep, precision, kv_dtype, topology, stack, kv_impl)
     check_hardware(spec, hw)
+    plugged = None
+    if kernels:
+        from .plug import resolve  # pto is imported only when a kernel is plugged in
+        plugged = resolve(spec, hw, kernels)
     check_positions(spec.name, spec.max_positions, prompt_len, output_len)
     total = prompt_len + output_len
     use = check_fits(spec, hw, batch, total, prompt_len, hbm_utilization)
@@ -268,7 +286,7 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
     ctxs = sorted({round(first + (last - first) * i / (n - 1)) for i in range(n)})
     per_ctx = []
     for c in ctxs:
-        ks = forward_kernels(spec, hw, decode=[c] * b)
+        ks = forward_kernels(spec, hw, decode=[c] * b, plugged=plugged)
         per_ctx.append((c, step_time_us(ks, hw.stack) / 1000, sum(k.time_us for k in ks if k.collective) / 1000))
     # mean over the steps: trapezoids between the costed contexts
     if len(per_ctx) == 1:
@@ -278,7 +296,7 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
         tpot = sum((b2[0] - a[0]) * (a[1] + b2[1]) / 2 for a, b2 in zip(per_ctx, per_ctx[1:])) / span
         comm_step = sum((b2[0] - a[0]) * (a[2] + b2[2]) / 2 for a, b2 in zip(per_ctx, per_ctx[1:])) / span
     mid = round((first + last) / 2)
-    mid_kernels = forward_kernels(spec, hw, decode=[mid] * b)
+    mid_kernels = forward_kernels(spec, hw, decode=[mid] * b, plugged=plugged)
     mid_us = step_time_us(mid_kernels, hw.stack)
     flops = sum(k.cost.flops * k.count for k in mid_kernels if not k.collective)
     gm = sum(k.cost.hbm_bytes * k.count for k in mid_kernels if not k.collective)
@@ -297,7 +315,21 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
         tpot_ms=tpot, step_vs_context=[(c, t) for c, t, _ in per_ctx], hbm=use,
         kv_bytes_per_token=kv_bytes_per_token(spec, hw), comm_ms=comm_prefill + comm_step * steps,
         comm_ms_prefill=comm_prefill, comm_ms_per_step=comm_step, roofline=roofline, prefill_kernels=prefill,
-        decode_kernels=mid_kernels, spec=spec, stack=hw.stack.name)
+        decode_kernels=mid_kernels, spec=spec, stack=hw.stack.name, plugged=_plugged_summary(mid_kernels, plugged, mid))
+
+
+def _plugged_summary(kernels: list[CostedKernel], plugged, context: int) -> list[dict[str, Any]]:
+    """The report's entry per plugged kernel, from the middle context's decode step."""
+    if not plugged:
+        return []
+    from .plug import plugged_rows
+    out = []
+    for k in plugged_rows(kernels):
+        kind = k.kernel.anchor
+        out.append({"kind": kind, "kernel": plugged[kind].label, "us_per_call": k.cost.time_us,
+                    "calls_per_step": k.count, "ms_per_step": k.cost.time_us * k.count / 1000, "context": context,
+                    "shapes": [list(a.shape) for a in k.spec.args], "replaces": list(k.fused_ops)})
+    return out
 
 
 class ChipStepModel:

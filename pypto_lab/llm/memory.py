@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ..kernels.cost import CostedKernel
 from .configs import LLMSpec, kv_heads_per_card
-from .forward import KV_DTYPES, Hardware
+from .forward import KV_DTYPES, Hardware, linear_layers
 
 DEFAULT_HBM_UTILIZATION = 0.9   # vLLM's documented default gpu_memory_utilization (EngineArgs)
 
@@ -52,11 +52,14 @@ def weights_bytes(spec: LLMSpec, hw: Hardware) -> int:
 
 
 def kv_bytes_per_token(spec: LLMSpec, hw: Hardware) -> int:
-    """KV-cache bytes one token takes on a card: a key and a value per KV head per layer (MLA:
-    the compressed latent and the RoPE key, the same on every card)."""
+    """KV-cache bytes one token takes on a card: a key and a value per KV head per layer of full
+    attention (Gated DeltaNet layers keep a fixed-size state instead); MLA: the compressed latent
+    and the RoPE key, the same on every card, plus DeepSeek-V3.2's indexer key."""
     if spec.is_mla:   # one latent of kv_lora_rank plus the shared RoPE key per token and layer
-        return spec.layers * (spec.kv_lora_rank + spec.qk_rope_dim) * KV_DTYPES[hw.kv_dtype]
-    return 2 * spec.layers * kv_heads_per_card(spec, hw.tp) * spec.head_dim * KV_DTYPES[hw.kv_dtype]
+        per = spec.kv_lora_rank + spec.qk_rope_dim + int(spec.extra.get("index_head_dim", 0) or 0)
+        return spec.layers * per * KV_DTYPES[hw.kv_dtype]
+    layers = spec.layers - linear_layers(spec)
+    return 2 * layers * kv_heads_per_card(spec, hw.tp) * spec.head_dim * KV_DTYPES[hw.kv_dtype]
 
 
 def activation_bytes(spec: LLMSpec, hw: Hardware, kernels: list[CostedKernel], tokens: int) -> int:

@@ -171,3 +171,35 @@ def test_a_kernel_with_the_wrong_parameters_or_layer_is_refused():
                             kernels={"moe": plug.fused_moe()})
     with pytest.raises(plug.PluggedKernelError, match="not a layer kind"):
         simulate_generation("glm-4.5", batch=1, prompt_len=256, output_len=4, cards=16, kernels={"mlp": three})
+
+
+# ---- the real framework's kernel (hicann/pypto, not vendored: PYPTO_SRC) -------------------------------
+
+def test_glm45_decodes_with_the_real_frameworks_moe_fusion_kernel():
+    """GLM-4.5's ``moe_fusion_kernel`` from the real ``models/glm_v4_5/glm_moe_fusion.py`` (router,
+    top-k and the int8 shared expert in one kernel) in place of the engine's router, gating and
+    shared-expert kernels."""
+    import importlib.util
+    import os
+    import sys
+    from pathlib import Path
+
+    src = os.environ.get("PYPTO_SRC")
+    if not src or not (Path(src) / "models").is_dir():
+        pytest.skip("set PYPTO_SRC to a checkout of the real framework's repository (hicann/pypto): it is not vendored")
+    path = Path(__file__).resolve().parents[1] / "scripts" / "day0_real_kernels.py"
+    spec = importlib.util.spec_from_file_location("day0_real_kernels", path)
+    real = importlib.util.module_from_spec(spec)
+    sys.modules["day0_real_kernels"] = real
+    spec.loader.exec_module(real)
+    kw = dict(batch=1, prompt_len=1024, output_len=8, context_points=2, cards=16, tp=8, precision="w8a8")
+    base = simulate_generation("glm-4.5", **kw)
+    r = simulate_generation("glm-4.5", kernels={"moe": real.glm_moe_fusion(Path(src))}, **kw)
+    (p,) = r.plugged
+    print(r.plugged_table())
+    assert p["kernel"].startswith("moe_fusion_kernel") and p["us_per_call"] > 0 and p["calls_per_step"] == 89
+    assert p["replaces"] == ["MatMul_router", "MoeGatingTopK", "MatMul_shared_gate_up", "SwiGlu_shared",
+                             "MatMul_shared_down"]
+    names = {k.name for k in r.decode_kernels}
+    assert "GroupedMatmul_gate_up" in names and "MoeGatingTopK" not in names      # routed experts stay the engine's
+    assert r.tpot_ms != base.tpot_ms

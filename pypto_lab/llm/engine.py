@@ -328,7 +328,8 @@ def _plugged_summary(kernels: list[CostedKernel], plugged, context: int) -> list
         kind = k.kernel.anchor
         out.append({"kind": kind, "kernel": plugged[kind].label, "us_per_call": k.cost.time_us,
                     "calls_per_step": k.count, "ms_per_step": k.cost.time_us * k.count / 1000, "context": context,
-                    "shapes": [list(a.shape) for a in k.spec.args], "replaces": list(k.fused_ops)})
+                    "shapes": [list(a.shape) for a in k.spec.args if hasattr(a, "shape")],
+                    "replaces": list(k.fused_ops)})
     return out
 
 

@@ -34,6 +34,7 @@ lacks) raises `PluggedKernelError` naming the layer kind, the kernel, the rule a
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from collections.abc import Callable
@@ -82,7 +83,11 @@ class LayerKernel:
     callable ``(StepShape) -> kernel`` (built once per shape); ``args``: ``(StepShape) -> (inputs,
     outputs)`` as `TensorMeta` lists (default: the layer kind's standard arguments, `standard`);
     ``sparse``: an attention kernel over the indexer's selection (DeepSeek Sparse Attention) rather
-    than the whole cache."""
+    than the whole cache. A kernel with its own ``args`` may also name the engine kernels it
+    replaces (``replaces``; default `REPLACES` of its kind), put plain Python values (a kernel's
+    scalar parameters) among its arguments, build its tensors itself (``make_tensor(i, meta)``,
+    e.g. a weight tagged FRACTAL_NZ; default: uninitialised, integers zero), and run inside a
+    context (``run_context()``, e.g. the NPU stand-in a real model file's kernel expects)."""
 
     kind: str
     kernel: Any
@@ -90,6 +95,9 @@ class LayerKernel:
     sparse: bool = False
     block: int = mk.BLOCK
     name: str = ""
+    replaces: tuple[str, ...] = ()
+    make_tensor: Callable[[int, Any], Any] | None = None
+    run_context: Callable[[], Any] | None = None
     _built: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def build(self, shape: StepShape):
@@ -234,7 +242,7 @@ def _check_model(spec: LLMSpec, hw: Hardware, plug: LayerKernel) -> None:
         if hw.ep > 1:
             raise PluggedKernelError(f"{where}: ep = {hw.ep}; the plugged MoE kernel holds every expert (its "
                                      "tensor-parallel slice) on the card. Fix: ep=1")
-        if hw.weight_bytes != hw.act_bytes:
+        if plug.args is None and hw.weight_bytes != hw.act_bytes:
             raise PluggedKernelError(f"{where}: precision {hw.precision!r} keeps expert weights in int8, and the "
                                      "kernel reads them in the activation dtype. Fix: precision='fp16' or 'bf16'")
 
@@ -251,12 +259,12 @@ def _check_fit(plug: LayerKernel, kernel, shape: StepShape, ins: list, outs: lis
     if len(params) != len(metas):
         raise PluggedKernelError(
             f"{where} takes {len(params)} parameters; the step passes {len(ins)} input(s) and {len(outs)} output(s): "
-            f"{', '.join(str(list(m.shape)) for _, m in metas)}. Rule: a {plug.kind} kernel takes the layer's "
+            f"{', '.join(_describe(m) for _, m in metas)}. Rule: a {plug.kind} kernel takes the layer's "
             "standard arguments (pypto_lab.llm.plug's docstring) or those of its LayerKernel(args=...). Fix: change "
             "its parameters, or pass LayerKernel(kind, kernel, args=...)")
     for p, (role, m) in zip(params, metas, strict=True):
         ann = p.annotation
-        if not isinstance(ann, Tensor):
+        if not isinstance(ann, Tensor) or not isinstance(m, TensorMeta):
             continue
         if ann.spec_dtype is not None and ann.spec_dtype.torch is not _TORCH[m.dtype]:
             raise PluggedKernelError(
@@ -273,13 +281,20 @@ def _check_fit(plug: LayerKernel, kernel, shape: StepShape, ins: list, outs: lis
                     f"annotate {list(m.shape)} or pypto.DYNAMIC dimensions (or pypto.Tensor[...])")
 
 
+def _describe(m) -> str:
+    return f"{list(m.shape)} {m.dtype}" if isinstance(m, TensorMeta) else repr(m)
+
+
 # ---- costing -------------------------------------------------------------------------------------------
 
 _RUNS: dict[tuple, tuple[PtoKernel, KernelCost]] = {}
 
 
-def _tensor(m: TensorMeta) -> torch.Tensor:
-    """A tensor for a cost-only run: values are not read (integer inputs are zeros: valid indices)."""
+def _tensor(m):
+    """A tensor for a cost-only run: values are not read (integer inputs are zeros: valid indices);
+    a plain value (a scalar parameter) as it is."""
+    if not isinstance(m, TensorMeta):
+        return m
     dt = _TORCH[m.dtype]
     return torch.zeros(m.shape, dtype=dt) if not dt.is_floating_point else torch.empty(m.shape, dtype=dt)
 
@@ -298,20 +313,24 @@ def cost_plugged(plug: LayerKernel, shape: StepShape) -> tuple[PtoKernel, Kernel
         return hit
     _check_fit(plug, kernel, shape, ins, outs)
     gm = shape.hw.act_dtype
-    spec = PtoKernel(plug.label, kernel, tuple(ins), tuple(outs), gm, "outputs")
     clone = _on_chip(kernel, chip)
-    args = [_tensor(m) for m in ins + outs]
+    make = plug.make_tensor or (lambda i, m: _tensor(m))
     try:
-        with pto_config.cost_only(), warnings.catch_warnings():
+        with plug.run_context() if plug.run_context else contextlib.nullcontext(), pto_config.cost_only(), \
+                warnings.catch_warnings():
+            args = [make(i, m) for i, m in enumerate(ins + outs)]
             warnings.simplefilter("ignore")
             clone(*args)
     except (PtoError, ValueError, TypeError, IndexError, RuntimeError) as exc:
         raise PluggedKernelError(
             f"kernels[{plug.kind!r}]: {plug.label} failed at {shape.spec.name}'s decode shapes on {chip.name} "
-            f"({', '.join(f'{list(m.shape)} {m.dtype}' for m in ins + outs)}): {type(exc).__name__}: {exc}. "
-            "Fix: make the kernel accept the layer's standard arguments at these shapes") from exc
+            f"({', '.join(_describe(m) for m in ins + outs)}): {type(exc).__name__}: {exc}. "
+            "Fix: make the kernel accept the layer's arguments at these shapes (its LayerKernel's args, or the "
+            "standard ones)") from exc
     run = clone.last_run
-    spec = PtoKernel(plug.label, kernel, tuple(ins), tuple(outs), gm, "outputs", (), unit_of(run))
+    outs_t = tuple(m for m in outs if isinstance(m, TensorMeta))
+    spec = PtoKernel(plug.label, kernel, tuple(ins) + tuple(m for m in outs if not isinstance(m, TensorMeta)),
+                     outs_t, gm, "outputs", (), unit_of(run))
     units = {"vector": ("AIV",), "cube": ("AIC",)}.get(spec.pto_unit, ("AIC", "AIV"))
     c = KernelCost(run.cycles, run.time_us, run.gm_bytes, {}, (_report(spec, chip, run),),
                    split_resources(chip, *units))
@@ -336,13 +355,15 @@ def apply(kernels: list[CostedKernel], spec: LLMSpec, hw: Hardware, decode: list
     shape = StepShape(spec, hw, len(decode), int(round(sum(decode) / len(decode))))
     out = list(kernels)
     for kind, plug in plugged.items():
-        names = REPLACES["dense_attention_dsa" if kind == "attention" and is_dsa(spec) and not plug.sparse else kind]
+        names = plug.replaces or REPLACES["dense_attention_dsa" if kind == "attention" and is_dsa(spec) and
+                                          not plug.sparse else kind]
         pspec, c = cost_plugged(plug, shape)
         at = next((i for i, k in enumerate(out) if k.name in names), len(out))
         gone = tuple(k.name for k in out if k.name in names)
         out = [k for k in out if k.name not in names]
         ins, outs = plug.tensors(shape)
-        io = float(sum(math.prod(m.shape) * torch.empty((), dtype=_TORCH[m.dtype]).element_size() for m in ins + outs))
+        io = float(sum(math.prod(m.shape) * torch.empty((), dtype=_TORCH[m.dtype]).element_size()
+                       for m in ins + outs if isinstance(m, TensorMeta)))
         row = CostedKernel(Kernel(f"pto:{plug.label}", pspec, (), gone, kind), c, layer_count(spec, kind), io)
         out.insert(min(at, len(out)), row)
     return out

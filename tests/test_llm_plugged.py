@@ -203,3 +203,16 @@ def test_glm45_decodes_with_the_real_frameworks_moe_fusion_kernel():
     names = {k.name for k in r.decode_kernels}
     assert "GroupedMatmul_gate_up" in names and "MoeGatingTopK" not in names      # routed experts stay the engine's
     assert r.tpot_ms != base.tpot_ms
+
+
+def test_qwen3_next_counts_its_deltanet_state_per_sequence_not_per_token():
+    from pypto_lab.llm.engine import hbm_use
+    from pypto_lab.llm.memory import state_bytes_per_sequence
+
+    spec, hw = spec_of("qwen3-next"), hardware("Ascend910B1", cards=4)
+    state = state_bytes_per_sequence(spec, hw)
+    assert state == 36 * (8 * 128 * 128 * 4 + (2 * 4 * 128 + 8 * 128) * 3 * 2)   # 36 layers, 8 value heads a card
+    short, long = (hbm_use(spec, hw, 2, n, 128).kv_cache_bytes for n in (1024, 2048))
+    assert long - short == 2 * 1024 * kv_bytes_per_token(spec, hw)            # the state does not grow
+    assert short == 2 * (1024 * kv_bytes_per_token(spec, hw) + state)
+    assert state_bytes_per_sequence(spec_of("glm-4.5"), hw) == 0

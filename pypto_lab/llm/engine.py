@@ -33,6 +33,7 @@ from .memory import (
     capacity_bytes,
     describe,
     kv_bytes_per_token,
+    state_bytes_per_sequence,
     weights_bytes,
 )
 from .serving import ServeReport, check_serving_arguments, read_trace, simulate_serving
@@ -190,8 +191,8 @@ def hbm_use(spec: LLMSpec, hw: Hardware, batch: int, tokens_per_seq: int, prefil
     b = _split(batch, hw)
     kernels = forward_kernels(spec, hw, prefill=[(min(prefill_tokens, tokens_per_seq), 0)] * b, costed=False)
     act = activation_bytes(spec, hw, kernels, b * min(prefill_tokens, tokens_per_seq))
-    return HBMUse(weights_bytes(spec, hw), b * tokens_per_seq * kv_bytes_per_token(spec, hw), act,
-                  capacity_bytes(hw, hbm_utilization))
+    kv = b * (tokens_per_seq * kv_bytes_per_token(spec, hw) + state_bytes_per_sequence(spec, hw))
+    return HBMUse(weights_bytes(spec, hw), kv, act, capacity_bytes(hw, hbm_utilization))
 
 
 def largest_batch(spec: LLMSpec, hw: Hardware, tokens_per_seq: int, prefill_tokens: int,

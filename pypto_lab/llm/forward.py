@@ -285,9 +285,8 @@ def _linear_attention(spec: LLMSpec, hw: Hardware, t: int, prefill, decode, add,
 
 
 def linear_layers(spec: LLMSpec) -> int:
-    """Layers of Gated DeltaNet linear attention (Qwen3-Next: all but every ``full_attention_interval``-th)."""
-    every = int(spec.extra.get("full_attention_interval") or 0)
-    return spec.layers - spec.layers // every if every and "linear_num_value_heads" in spec.extra else 0
+    """Layers of Gated DeltaNet linear attention (`LLMSpec.linear_attention_layers`)."""
+    return spec.linear_attention_layers
 
 
 def _concat_expand_copies(hw: Hardware, prefill, decode, ctx: int, heads: int, kvh: int, d: int, layers: int,

@@ -64,11 +64,19 @@ def load_model_file(src: Path, rel: str) -> dict:
     saved = list(sys.path)
     sys.path.insert(0, str(path.parent))
     namespace = {"__name__": "__pto_model__", "__file__": str(path), "__builtins__": __builtins__}
+    before = set(sys.modules)
     try:
         with npu_stand_in():
             exec(code, namespace)
     finally:
         sys.path[:] = saved
+        # the model folder's own modules (each folder has a `utils` package) leave with it
+        models = str(Path(src).resolve() / "models")
+        for name in set(sys.modules) - before:
+            m = sys.modules[name]
+            where = [getattr(m, "__file__", None) or ""] + [str(p) for p in (getattr(m, "__path__", None) or [])]
+            if any(w.startswith(models) for w in where):
+                del sys.modules[name]
     return namespace
 
 
@@ -88,7 +96,7 @@ def glm_moe_fusion(src: Path) -> LayerKernel:
                 spec.topk_groups, spec.expert_groups]
         return ins, outs
 
-    def make_tensor(index: int, meta):
+    def make_tensor(index: int, meta, shape):
         if not isinstance(meta, TensorMeta):
             return meta
         dt = getattr(torch, meta.dtype)
@@ -110,6 +118,47 @@ def npu_stand_in():
         stand_in.uninstall()
 
 
+def deepseek_sparse_attention(src: Path) -> LayerKernel:
+    """DeepSeek-V3.2's ``sparse_flash_attention_quant_d`` (``models/deepseek_v32_exp/``, the decode
+    variant, bf16 keys): the query's latent and RoPE parts, the paged latent cache and RoPE keys,
+    the indexer's top-k positions, the block table and each sequence's length (read by the kernel:
+    set to the step's context), one decode token per sequence. It replaces IncreFlashAttention;
+    the group tile is the card's head count (the file's 128 is all of V3.2's heads on one card)."""
+    ns = load_model_file(src, "deepseek_v32_exp/deepseekv32_sparse_flash_attention_quant.py")
+    kernel, tiles = ns["sparse_flash_attention_quant_d"], ns["SaTileShapeConfig"]
+    block = 128
+
+    def args(s: StepShape):
+        spec, b = s.spec, s.batch
+        nq, r, rope, topk = spec.heads // s.hw.tp, spec.kv_lora_rank, spec.qk_rope_dim, int(spec.extra["index_topk"])
+        blocks = -(-s.context // block)
+        rows = b * blocks * block
+        cfg = tiles(g_tile=min(128, nq), s_kv_tile=2048, gather_vec_tile_shape=[32, 512],
+                    c1_tile_shape=[128, 128, 128, 128, 128, 128], v1_tile_shape=[8, 2048],
+                    c2_tile_shape=[128, 128, 128, 128, 128, 128], v2_tile_shape=[64, 256])
+        ins = [TensorMeta((b * nq, r), "bfloat16"), TensorMeta((b * nq, rope), "bfloat16"),
+               TensorMeta((rows, r), "bfloat16"), TensorMeta((rows, rope), "bfloat16"), TensorMeta((rows, 4), "float32"),
+               TensorMeta((b, topk), "int32"), TensorMeta((b, blocks), "int32"), TensorMeta((b,), "int32")]
+        outs = [TensorMeta((b, 1, nq, r), "bfloat16"), nq, 1, (r + rope) ** -0.5, topk, block, blocks, cfg]
+        return ins, outs
+
+    def make_tensor(index: int, meta, shape):
+        if not isinstance(meta, TensorMeta):
+            return meta
+        b, blocks = shape.batch, -(-shape.context // block)
+        if index == 5:   # the indexer's picks: positions within the context (here its first topk tokens)
+            return torch.arange(meta.shape[1], dtype=torch.int32).remainder(shape.context).repeat(b, 1)
+        if index == 6:   # each sequence's blocks, in order
+            return torch.arange(b * blocks, dtype=torch.int32).reshape(b, blocks)
+        if index == 7:
+            return torch.full((b,), shape.context, dtype=torch.int32)
+        return torch.empty(meta.shape, dtype=getattr(torch, meta.dtype))
+
+    return LayerKernel("attention", kernel, args=args, sparse=True, block=block,
+                       name="sparse_flash_attention_quant_d (hicann/pypto deepseek_v32_exp)",
+                       replaces=("IncreFlashAttention",), make_tensor=make_tensor, run_context=npu_stand_in)
+
+
 def main(argv=None) -> int:
     from pypto_lab.llm import simulate_generation
 
@@ -123,6 +172,12 @@ def main(argv=None) -> int:
     base = simulate_generation("glm-4.5", **kw)
     r = simulate_generation("glm-4.5", kernels={"moe": glm_moe_fusion(a.pypto_src)}, **kw)
     print(f"glm-4.5, 16 cards (tp 8) w8a8, batch {a.batch}, {a.prompt} + {a.output} tokens: TPOT "
+          f"{base.tpot_ms:.3f} ms with the engine's kernels, {r.tpot_ms:.3f} ms with the real kernel")
+    print(r.plugged_table())
+    kw = dict(batch=a.batch, prompt_len=a.prompt, output_len=a.output, cards=16, precision="w8a16")
+    base = simulate_generation("deepseek-v3.2", **kw)
+    r = simulate_generation("deepseek-v3.2", kernels={"attention": deepseek_sparse_attention(a.pypto_src)}, **kw)
+    print(f"deepseek-v3.2, 16 cards w8a16, batch {a.batch}, {a.prompt} + {a.output} tokens: TPOT "
           f"{base.tpot_ms:.3f} ms with the engine's kernels, {r.tpot_ms:.3f} ms with the real kernel")
     print(r.plugged_table())
     return 0

@@ -175,10 +175,8 @@ def test_a_kernel_with_the_wrong_parameters_or_layer_is_refused():
 
 # ---- the real framework's kernel (hicann/pypto, not vendored: PYPTO_SRC) -------------------------------
 
-def test_glm45_decodes_with_the_real_frameworks_moe_fusion_kernel():
-    """GLM-4.5's ``moe_fusion_kernel`` from the real ``models/glm_v4_5/glm_moe_fusion.py`` (router,
-    top-k and the int8 shared expert in one kernel) in place of the engine's router, gating and
-    shared-expert kernels."""
+def _real():
+    """(scripts/day0_real_kernels.py as a module, the checkout) or a skip without PYPTO_SRC."""
     import importlib.util
     import os
     import sys
@@ -192,9 +190,35 @@ def test_glm45_decodes_with_the_real_frameworks_moe_fusion_kernel():
     real = importlib.util.module_from_spec(spec)
     sys.modules["day0_real_kernels"] = real
     spec.loader.exec_module(real)
+    return real, Path(src)
+
+
+def test_deepseek_v32_decodes_with_the_real_frameworks_sparse_flash_attention():
+    """``sparse_flash_attention_quant_d`` from the real ``models/deepseek_v32_exp/`` in place of
+    IncreFlashAttention; like the workbench's sparse kernel its time does not grow past index_topk."""
+    real, src = _real()
+    kernel = real.deepseek_sparse_attention(src)
+    kw = dict(batch=1, prompt_len=4096, output_len=8, context_points=2, cards=16, precision="w8a16")
+    r = simulate_generation("deepseek-v3.2", kernels={"attention": kernel}, **kw)
+    (p,) = r.plugged
+    print(r.plugged_table())
+    assert p["kernel"].startswith("sparse_flash_attention_quant_d") and p["calls_per_step"] == 61
+    assert p["replaces"] == ["IncreFlashAttention"] and "TopK_indexer" in {k.name for k in r.decode_kernels}
+    spec, hw = spec_of("deepseek-v3.2"), hardware("Ascend910B1", cards=16, precision="w8a16")
+    shapes = {c: plug.StepShape(spec, hw, 1, c) for c in (1024, 8192, 65536)}
+    t = {c: plug.cost_plugged(kernel, s)[1].time_us for c, s in shapes.items()}
+    assert t[8192] == pytest.approx(t[65536], rel=0.02)                # 2,048 tokens of any context
+    assert t[1024] <= t[8192]                                          # (one 2,048-token tile, partly valid)
+
+
+def test_glm45_decodes_with_the_real_frameworks_moe_fusion_kernel():
+    """GLM-4.5's ``moe_fusion_kernel`` from the real ``models/glm_v4_5/glm_moe_fusion.py`` (router,
+    top-k and the int8 shared expert in one kernel) in place of the engine's router, gating and
+    shared-expert kernels."""
+    real, src = _real()
     kw = dict(batch=1, prompt_len=1024, output_len=8, context_points=2, cards=16, tp=8, precision="w8a8")
     base = simulate_generation("glm-4.5", **kw)
-    r = simulate_generation("glm-4.5", kernels={"moe": real.glm_moe_fusion(Path(src))}, **kw)
+    r = simulate_generation("glm-4.5", kernels={"moe": real.glm_moe_fusion(src)}, **kw)
     (p,) = r.plugged
     print(r.plugged_table())
     assert p["kernel"].startswith("moe_fusion_kernel") and p["us_per_call"] > 0 and p["calls_per_step"] == 89

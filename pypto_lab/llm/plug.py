@@ -85,8 +85,9 @@ class LayerKernel:
     ``sparse``: an attention kernel over the indexer's selection (DeepSeek Sparse Attention) rather
     than the whole cache. A kernel with its own ``args`` may also name the engine kernels it
     replaces (``replaces``; default `REPLACES` of its kind), put plain Python values (a kernel's
-    scalar parameters) among its arguments, build its tensors itself (``make_tensor(i, meta)``,
-    e.g. a weight tagged FRACTAL_NZ; default: uninitialised, integers zero), and run inside a
+    scalar parameters) among its arguments, build its tensors itself (``make_tensor(i, meta, shape)``,
+    e.g. a weight tagged FRACTAL_NZ, or sequence lengths the kernel reads; default: uninitialised,
+    integers zero), and run inside a
     context (``run_context()``, e.g. the NPU stand-in a real model file's kernel expects)."""
 
     kind: str
@@ -96,7 +97,7 @@ class LayerKernel:
     block: int = mk.BLOCK
     name: str = ""
     replaces: tuple[str, ...] = ()
-    make_tensor: Callable[[int, Any], Any] | None = None
+    make_tensor: Callable[[int, Any, StepShape], Any] | None = None
     run_context: Callable[[], Any] | None = None
     _built: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
@@ -281,6 +282,14 @@ def _check_fit(plug: LayerKernel, kernel, shape: StepShape, ins: list, outs: lis
                     f"annotate {list(m.shape)} or pypto.DYNAMIC dimensions (or pypto.Tensor[...])")
 
 
+def _hashable(m):
+    try:
+        hash(m)
+        return m
+    except TypeError:
+        return repr(m)
+
+
 def _describe(m) -> str:
     return f"{list(m.shape)} {m.dtype}" if isinstance(m, TensorMeta) else repr(m)
 
@@ -307,18 +316,18 @@ def cost_plugged(plug: LayerKernel, shape: StepShape) -> tuple[PtoKernel, Kernel
     kernel = plug.build(shape)
     ins, outs = plug.tensors(shape)
     chip = shape.hw.chip
-    key = (id(kernel), tuple(ins), tuple(outs), chip.name)
+    key = (id(kernel), tuple(_hashable(m) for m in ins + outs), plug.rounded(shape.context), chip.name)
     hit = _RUNS.get(key)
     if hit is not None:
         return hit
     _check_fit(plug, kernel, shape, ins, outs)
     gm = shape.hw.act_dtype
     clone = _on_chip(kernel, chip)
-    make = plug.make_tensor or (lambda i, m: _tensor(m))
+    make = plug.make_tensor or (lambda i, m, s: _tensor(m))
     try:
         with plug.run_context() if plug.run_context else contextlib.nullcontext(), pto_config.cost_only(), \
                 warnings.catch_warnings():
-            args = [make(i, m) for i, m in enumerate(ins + outs)]
+            args = [make(i, m, shape) for i, m in enumerate(ins + outs)]
             warnings.simplefilter("ignore")
             clone(*args)
     except (PtoError, ValueError, TypeError, IndexError, RuntimeError) as exc:

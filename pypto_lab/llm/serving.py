@@ -38,6 +38,14 @@ on by default as in vLLM V1; `prefix_cache.PrefixCache`): the continuous schedul
 request's cached prefix blocks, holds them once for every request that uses them, and prefills
 only the rest, a chunk attending over the cached tokens (``step_ms`` is given ``(chunk, cached)``).
 The report's ``prefix_cache`` gives the hit rate.
+
+Host time: a step costs what ``step_model.step_ms`` says, called once per engine step, so a stack's
+per-step host time (``step_host_us``, e.g. vLLM-Ascend's graph replay) is paid once per step
+whatever the batch (`tests/test_serving_step_host.py`). Not modelled: the client's and the API
+server's own time (HTTP, tokenisation, detokenisation, streaming); vLLM V1 runs them in its
+front-end process beside the engine's step loop (vllm-project/vllm vllm/v1/engine/async_llm.py,
+output_processor.py), so they add to a request's latency, not to a step, and no public figure for
+them on an Ascend host was found.
 """
 
 from __future__ import annotations

@@ -173,3 +173,15 @@ def test_bad_prefix_arguments_name_rule_value_fix(tmp_path):
         serve(lengths=csv, shared_prefix=64)
     ok = serve(lengths=csv, rate=INF)
     assert ok.prefix_cache["hit_tokens"] == 256
+
+
+def test_a_shared_prefix_beyond_the_models_positions_is_refused():
+    from pypto_lab.llm.validation import ContextLengthError
+
+    class Short(LinearStepModel):
+        max_positions = 512
+
+    with pytest.raises(ContextLengthError, match=r"shared_prefix = 600: .*Fix: shared_prefix=510"):
+        serve(Short(), requests=4, shared_prefix=600)
+    r = serve(Short(), requests=30, shared_prefix=400)   # sampled lengths are drawn within the 112 positions left
+    assert all(rec.prompt_tokens + rec.output_tokens <= 512 for rec in r.records)

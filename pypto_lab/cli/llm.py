@@ -13,7 +13,7 @@ from ..hw.chip import DEFAULT_CHIP
 from ..llm import known_models, serve, simulate_generation
 from ..llm.validation import check_real
 from ..stack import DEFAULT_LLM_STACK, get_stack, list_stacks
-from ..validation.validate import validate
+from ..validation.suite import SETS, validate_sets
 
 # each command's arguments as its flags: errors about an argument give their fix in these
 # (``--batch 1``, ``--rate inf``), not in Python (`pypto_lab.llm.validation.cli_text`)
@@ -98,10 +98,24 @@ def _serve_http(args) -> int:
 
 def cmd_validate(args) -> int:
     check_writable(args.json, "--json", "out/validate.json")
-    rep = validate(chip=args.chip, level=args.level, progress=not args.quiet)
-    print(rep.table())
+    sets = "all" if args.set is None else args.set
+    if args.chip is not None or args.level != 3:       # --chip / --level: the inference rows only
+        from ..files.progress import progress as progress_bar
+        from ..validation.compare import Summary
+        from ..validation.inference_rows import check_inference_arguments, inference_set
+
+        if args.set not in (None, "inference"):
+            raise ValueError(f"--chip and --level choose the inference rows' chip and optimisation level; --set "
+                             f"{args.set} has neither. Fix: --set inference, or drop --chip / --level")
+        check_inference_arguments(args.chip, args.level)
+        with progress_bar(desc="validate", unit="row", disable=args.quiet) as bar:
+            rows, fitted = inference_set(chip=args.chip, level=args.level, tick=lambda: bar.update(1))
+        summary = Summary(rows, fitted)
+    else:
+        summary = validate_sets(sets, stack=args.stack, progress=not args.quiet)
+    print(summary.table())
     if args.json:
-        write_json_atomic(args.json, rep.to_dict())
+        write_json_atomic(args.json, summary.to_dict())
         print(f"wrote {args.json}")
     return 0
 
@@ -156,9 +170,14 @@ def add_llm_commands(sub) -> None:
     g.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: all cards)")
     g.set_defaults(func=cmd_llm, flags=LLM_FLAGS)
     s.set_defaults(func=cmd_serve, flags=SERVE_FLAGS)
-    v = sub.add_parser("validate", help="whole models against published Ascend throughput (datasets/published/)")
-    v.add_argument("--chip", default=None, help="only this chip's rows (default: every row)")
-    v.add_argument("--level", type=int, default=3, help="optimisation level (default 3)")
+    v = sub.add_parser("validate", help="every published Ascend figure in datasets/ against the simulator, per regime "
+                       "and stack")
+    v.add_argument("--set", choices=(*SETS, "all"), default=None,
+                   help="which published rows: inference (datasets/published), llm and serving "
+                        "(datasets/llm_published), training (datasets/published_training), or all (the default)")
+    v.add_argument("--stack", default=None, help="only the rows measured on this software stack (pypto-lab stacks)")
+    v.add_argument("--chip", default=None, help="inference rows: only this chip's rows (default: every row)")
+    v.add_argument("--level", type=int, default=3, help="inference rows: optimisation level (default 3)")
     v.add_argument("--quiet", action="store_true", help="no progress bar")
     v.add_argument("--json", help="also write the rows and errors as JSON")
-    v.set_defaults(func=cmd_validate, flags={"chip": "--chip", "level": "--level"})
+    v.set_defaults(func=cmd_validate, flags={"chip": "--chip", "level": "--level", "stack": "--stack"})

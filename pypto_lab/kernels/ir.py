@@ -52,6 +52,13 @@ class KernelSpec:
         return None, None
 
 
+def _l2_bytes(kind: str, reads: int, writes: int) -> None:
+    for label, v in (("l2_reads", reads), ("l2_writes", writes)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"{kind} {label} = {v!r}: bytes kept in L2 between operators, an integer >= 0. "
+                             "Fix: leave it 0 (the l2_residency pass sets it)")
+
+
 def _positive(kind: str, **dims: int) -> None:
     for label, v in dims.items():
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
@@ -89,9 +96,12 @@ class CubeKernel(KernelSpec):
     quantize_input: InputQuant | None = None
     im2col: Im2col | None = None     # a convolution's geometry: A is read from its feature map (load3d)
     weight_dtype: str | None = None  # "int8": weight-only quantisation (W8A16), dequantised on the way in
+    l2_reads: int = 0                # bytes of its inputs an earlier kernel left in L2 (`l2_residency` pass)
+    l2_writes: int = 0               # bytes of its results that stay in L2 for their readers (never in DRAM)
 
     def __post_init__(self):
         _positive("Cube kernel", batch=self.batch, m=self.m, k=self.k, n=self.n)
+        _l2_bytes("Cube kernel", self.l2_reads, self.l2_writes)
         if self.dtype not in GM_DTYPES or self.out_dtype not in GM_DTYPES + ("int32",):
             raise ValueError(f"Cube kernel dtype {self.dtype!r} -> {self.out_dtype!r}: the Cube multiplies "
                              f"{', '.join(GM_DTYPES)}")
@@ -127,9 +137,12 @@ class VectorKernel(KernelSpec):
     compute_dtype: str               # what the Vector unit computes in (fp32 kept for softmax / norms)
     inputs: int | None = None
     row_len: int | None = None
+    l2_reads: int = 0                # bytes of its inputs an earlier kernel left in L2 (`l2_residency` pass)
+    l2_writes: int = 0               # bytes of its result that stay in L2 for their readers
 
     def __post_init__(self):
         _positive("Vector kernel", numel=self.numel)
+        _l2_bytes("Vector kernel", self.l2_reads, self.l2_writes)
         if not self.ops:
             raise ValueError("a Vector kernel needs at least one operator")
         if self.dtype not in VECTOR_DTYPES + ("int8",) or self.compute_dtype not in VECTOR_DTYPES:
@@ -288,6 +301,11 @@ class TransDataKernel(KernelSpec):
     dtype: str
     src_format: str
     dst_format: str
+    l2_reads: int = 0                # bytes of its input an earlier kernel left in L2 (`l2_residency` pass)
+    l2_writes: int = 0               # bytes of its result that stay in L2 for their readers
+
+    def __post_init__(self):
+        _l2_bytes("TransData", self.l2_reads, self.l2_writes)
 
     @property
     def unit(self) -> str:

@@ -127,3 +127,17 @@ def test_layer_names_in_the_report():
     assert layer_of("Mixed_5b.branch1x1.conv") == "Mixed_5b"
     assert layer_of("") == "(graph)"
 
+
+def test_attention_stays_unfused_where_the_core_version_has_no_flashattention_kernel():
+    # FlashAttentionScore supports Atlas A2/A3 only (hw.capabilities [fa]): on 310P3 an attention runs as
+    # BatchMatMul, SoftmaxV2, BatchMatMul with its scores in GM; on 910B1 it is one FlashAttention kernel
+    from transformers import BertConfig, BertModel
+    model = BertModel(BertConfig(num_hidden_layers=1, hidden_size=128, num_attention_heads=2,
+                                 intermediate_size=256)).eval()
+    ids = torch.randint(0, 1000, (1, 64))
+    for chip, flash in (("Ascend310P3", False), ("Ascend910B1", True)):
+        rep = optimize(model, (ids,), chip=chip, level=1, precision="fp16").report()
+        attention = [k for k in rep.kernels if k.spec.kind == "attention"]
+        assert attention and all(k.spec.flash is flash for k in attention)
+        step = next(p for p in rep.passes if p.name == "fuse_attention")
+        assert ("no FlashAttention kernel" in step.summary) is not flash

@@ -67,15 +67,18 @@ def test_planner_rejects_bad_input_with_rule_and_fix():
 
 
 def test_a_conv_reading_its_input_from_l2_moves_fewer_dram_bytes_and_runs_faster_on_310p3():
+    from pypto_lab.hw.kernels import Im2col, simulate_matmul
     chip = get_chip("Ascend310P3")
-    cold = simulate_conv2d(1, 64, 128, 192, 64, 3, padding=1, chip=chip)
-    act = 64 * 128 * 192 * 2
-    from pypto_lab.hw.kernels import simulate_matmul
-    warm = simulate_matmul(cold.shape["gemm_m"], cold.shape["gemm_k"], 64, chip=chip, tile=cold.tile,
-                           im2col=None, l2_reads=act, l2_writes=act)
-    base = simulate_matmul(cold.shape["gemm_m"], cold.shape["gemm_k"], 64, chip=chip, tile=cold.tile)
-    assert warm.dram_bytes == pytest.approx(base.min_gm_bytes - act - act)
-    assert warm.time_us < base.time_us
+    act = 64 * 128 * 192 * 2                       # the 3.1 MB fp16 feature map, and the result of the same size
+    shape = dict(m=128 * 192, k=64 * 9, n=64, chip=chip, im2col=Im2col(192, 192, 3, 3, 1))
+    cold = simulate_matmul(**shape)
+    warm = simulate_matmul(**shape, l2_operands=("a",), l2_writes=act)
+    # every read of the feature map hits L2, the rows that overlapping panels read again too
+    assert warm.l2_kept_bytes >= act + act
+    assert warm.dram_bytes == pytest.approx(cold.min_gm_bytes - warm.l2_kept_bytes)
+    assert warm.time_us < cold.time_us
+    with pytest.raises(ValueError, match=r"l2_operands \['c'\].*a, b, residual"):
+        simulate_matmul(**shape, l2_operands=("c",))
     v_cold = simulate_vector("relu", act // 2, chip=chip)
     v_warm = simulate_vector("relu", act // 2, chip=chip, l2_reads=act, l2_writes=act)
     assert v_warm.dram_bytes == 0 and v_warm.time_us < v_cold.time_us
@@ -83,6 +86,8 @@ def test_a_conv_reading_its_input_from_l2_moves_fewer_dram_bytes_and_runs_faster
         simulate_vector("relu", 1024, chip=chip, l2_reads=-1)
     with pytest.raises(ValueError, match="l2_writes = -2.*l2_residency pass sets it"):
         CubeKernel("MatMulV2", 1, 16, 16, 16, "fp16", "fp16", l2_writes=-2)
+    with pytest.raises(ValueError, match="l2_operands = \\('x',\\).*'a', 'b', 'residual'"):
+        CubeKernel("MatMulV2", 1, 16, 16, 16, "fp16", "fp16", l2_operands=("x",))
 
 
 class TwoConvs(torch.nn.Module):
@@ -103,7 +108,8 @@ def _report(batch: int, stack="atc-om"):
 def test_optimize_keeps_the_activation_between_two_convs_in_l2_and_says_so():
     rep = _report(1)
     conv2 = next(k for k in rep.kernels if k.name == "Conv2D:conv2")
-    assert conv2.spec.l2_reads == 64 * 128 * 192 * 2     # conv1's result, read from L2
+    assert conv2.spec.l2_operands == ("a",)              # conv1's result, read from L2
+    assert conv2.reports[0].l2_kept_bytes >= 2 * 64 * 128 * 192 * 2   # and conv2's stays there for the TransData
     step = next(p for p in rep.passes if p.name == "l2_residency")
     assert any("conv1" in line and "stay in L2" in line and "l2_optimize" in line for line in step.lines)
     assert any("L2 kept" in n for n in rep.notes)
@@ -116,7 +122,7 @@ def test_optimize_keeps_the_activation_between_two_convs_in_l2_and_says_so():
 
 def test_at_batch_8_the_activation_exceeds_l2_and_the_report_says_it_reaches_dram():
     rep = _report(8)                        # 25.2 MB per activation: more than the 16.8 MB L2
-    assert all(getattr(k.spec, "l2_reads", 0) == 0 for k in rep.kernels)
+    assert all(k.reports[0].l2_kept_bytes == 0 for k in rep.kernels)
     step = next(p for p in rep.passes if p.name == "l2_residency")
     assert any("reach DRAM" in line and "25.2 MB" in line for line in step.lines)
 

@@ -139,6 +139,9 @@ class Im2col:
         return min(1.0, in_rows * self.w / (rows * self.kh * self.kw))
 
 
+L2_OPERANDS = ("a", "b", "residual")  # what a Cube kernel reads: A, B, the residual its epilogue adds
+
+
 def check_l2_bytes(l2_reads: float, l2_writes: float) -> None:
     """Bytes kept in L2 between operators must be finite and >= 0."""
     for label, v in (("l2_reads", l2_reads), ("l2_writes", l2_writes)):
@@ -159,8 +162,8 @@ def write_back_share(hbm_share: float, writes: float, kept: float) -> float:
 def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chip = DEFAULT_CHIP,
                     tile: CubeTile | dict | None = None, double_buffer: bool = True,
                     out_dtype: str | None = None, epilogue: Epilogue | str = "none", batch: int = 1,
-                    name: str | None = None, im2col: Im2col | None = None, l2_reads: float = 0.0,
-                    l2_writes: float = 0.0) -> KernelReport:
+                    name: str | None = None, im2col: Im2col | None = None, l2_operands: tuple[str, ...] = (),
+                    l2_writes: float = 0.0, useful_macs: float | None = None) -> KernelReport:
     """Simulate ``C[m, n] = A[m, k] @ B[k, n]`` (``batch`` independent copies) on a Cube kernel.
 
     ``im2col``: A is a convolution's im2col matrix, which the Cube never reads from GM: each A
@@ -172,15 +175,24 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
     for the chip. A residual epilogue reads one more tensor of C's shape from GM; a quant stage on a
     result that is not int8 itself writes an int8 copy beside it (double-output quant fusion).
 
-    ``l2_reads`` / ``l2_writes``: bytes of its first-touch reads an earlier kernel left in L2, and
-    of its results that stay in L2 for the kernels that read them and never reach DRAM (residency
-    between operators, ATC's l2_optimize: `pypto_lab.hw.l2_residency`); at most what it reads and
-    writes."""
+    ``l2_operands``: the operands ("a", "b", "residual") an earlier kernel left in L2, whose every
+    read (a convolution's overlapping feature-map rows too) is served by L2; ``l2_writes``: bytes
+    of its results that stay in L2 for the kernels that read them and never reach DRAM, at most what
+    it writes (residency between operators, ATC's l2_optimize: `pypto_lab.hw.l2_residency`).
+
+    ``useful_macs``: of the ``batch x m x k x n`` MACs the Cube runs, those the computation needs (a
+    grouped convolution's groups packed into block-diagonal weights; None: all). The time is the
+    Cube's; ``flops`` and ``cube_utilization`` count the useful work."""
     chip = get_chip(chip)
     for label, v in (("m", m), ("k", k), ("n", n), ("batch", batch)):
         if not isinstance(v, (int, np.integer)) or v <= 0:
             raise ValueError(f"matmul {label} = {v!r}: dimensions must be positive integers")
-    check_l2_bytes(l2_reads, l2_writes)
+    check_l2_bytes(0.0, l2_writes)
+    l2_operands = tuple(l2_operands)
+    stray = sorted(set(l2_operands) - set(L2_OPERANDS))
+    if stray:
+        raise ValueError(f"l2_operands {stray}: the operands of a Cube kernel are {', '.join(L2_OPERANDS)}. Fix: name "
+                         "the ones an earlier kernel left in L2, e.g. l2_operands=('a',)")
     epilogue = as_epilogue(chip, epilogue)
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype {dtype!r} is not known; choose one of {', '.join(chip.cube.fractals)}")
@@ -221,7 +233,9 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
     else:
         rd = (rf + cf) * k * eb
     wr = out.copy()
-    first = np.where(bj == 0, rf * k * eb, 0.0) + np.where(bi == 0, cf * k * eb, 0.0) + out
+    a_first = np.where(bj == 0, rf * k * eb, 0.0)
+    b_first = np.where(bi == 0, cf * k * eb, 0.0)
+    first = a_first + b_first + out
     if vector_epilogue:
         rd += out
         wr += out
@@ -236,9 +250,13 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
         a_scale = im2col.gm_fraction(tile.m_l1 if k_steps == 1 else tile.m_l0)
         a_rd = (subs_n * rf if k_steps > 1 else rf) * k * eb
         rd -= a_rd * (1.0 - a_scale)
-        first -= np.where(bj == 0, rf * k * eb, 0.0) * (1.0 - a_scale)
+        first -= a_first * (1.0 - a_scale)
+        a_first = a_first * a_scale
     else:
         a_scale = 1.0
+    kept_rd = (float(a_first.sum()) if "a" in l2_operands else 0.0) + \
+        (float(b_first.sum()) if "b" in l2_operands else 0.0) + \
+        (float(out.sum()) if "residual" in l2_operands and epilogue.residual else 0.0)
     reads, writes, unique = float(rd.sum()), float(wr.sum()), float(first.sum())
     gm_bytes = reads + writes
     # what the cores reuse at one time: the A row panels and B column panels of two waves of blocks
@@ -246,7 +264,7 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
     wave_cols = min(bn_count, 2 * active)
     working_set = (wave_rows * tile.m_l1 + wave_cols * tile.n_l1) * k * eb
     busiest_rd = float(np.bincount(np.arange(n_blocks) % chip.cube_cores, weights=rd, minlength=active).max())
-    kept_rd = min(float(l2_reads), unique - writes)
+    kept_rd = min(kept_rd, unique - writes)
     rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, unique - writes, busiest_rd, active, working_set, kept_rd)
     kept_wr = min(float(l2_writes), writes)
     hbm_share = write_back_share(hbm_share, writes, kept_wr)
@@ -264,14 +282,19 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
     parts = [(sim, cube_placements(chip, cores)) for sim, (_, cores) in zip(simulated, groups.values())]
     tl = simulate_placed(parts, chip.cube_cores + (chip.vector_cores if chip.split_cores else 0))
 
-    flops = 2.0 * batch * m * n * k
+    run_macs = float(batch) * m * n * k
+    if useful_macs is not None and not 0 < useful_macs <= run_macs:
+        raise ValueError(f"useful_macs = {useful_macs!r}: the MACs the computation needs, more than 0 and at most the "
+                         f"{run_macs:,.0f} the Cube runs. Fix: pass None when every MAC is useful")
+    flops = 2.0 * (run_macs if useful_macs is None else useful_macs)
     macs_cycle = chip.cube.macs_per_cycle(dtype)
-    compute_cycles = flops / 2 / (macs_cycle * chip.cube_cores)
+    compute_cycles = run_macs / (macs_cycle * chip.cube_cores)   # the Cube's busy time, useful or not
+    useful_cycles = flops / 2 / (macs_cycle * chip.cube_cores)
     mem_cycles = (unique - kept_rd - kept_wr) / chip.hbm_bytes_per_cycle()
     roof = max(compute_cycles, mem_cycles)
     cycles = tl.total_cycles
     busy_core = int(np.argmax(tl.busy[:, 4]))  # the core whose Cube is busiest
-    cube_util = compute_cycles / cycles if cycles else 0.0
+    cube_util = useful_cycles / cycles if cycles else 0.0
     vec_busy = tl.busy[:, 5].sum()
     vec_cores = chip.vector_cores if chip.split_cores else chip.cube_cores
     peak = plan.buffer_peak()

@@ -62,11 +62,13 @@ class Step:
 
 @dataclass(frozen=True)
 class L2Plan:
-    """Per step, the bytes of its reads served by L2 (``l2_reads``) and of its writes that never
-    reach DRAM (``l2_writes``); the written tensors that stayed in L2 for all their readers
-    (``resident``) and those that reached DRAM (``spilled``), with their sizes."""
+    """Per step, the bytes of its reads served by L2 (``l2_reads``), the tensors those reads were
+    (``hits``) and the bytes of its writes that never reach DRAM (``l2_writes``); the written
+    tensors that stayed in L2 for all their readers (``resident``) and those that reached DRAM
+    (``spilled``), with their sizes."""
 
     l2_reads: tuple[int, ...]
+    hits: tuple[tuple[str, ...], ...]
     l2_writes: tuple[int, ...]
     resident: dict[str, int]
     spilled: dict[str, int]
@@ -108,6 +110,7 @@ def plan_l2(steps: list[Step], capacity: int, outputs: tuple[str, ...] | frozens
     spilled: set[str] = set()
     live: set[str] = set()           # written tensors with readers still to run (or outputs)
     l2_reads = [0] * len(steps)
+    hits: list[list[str]] = [[] for _ in steps]
     l2_writes = [0] * len(steps)
     wrote_at: list[list[str]] = [[] for _ in steps]
 
@@ -136,6 +139,7 @@ def plan_l2(steps: list[Step], capacity: int, outputs: tuple[str, ...] | frozens
         for name, nbytes in dict(s.reads).items():
             if name in lru and s.l2_capable:
                 l2_reads[i] += nbytes
+                hits[i].append(name)
             if not s.l2_capable and name in written:
                 spilled.add(name)
             touch(name, nbytes)
@@ -157,7 +161,8 @@ def plan_l2(steps: list[Step], capacity: int, outputs: tuple[str, ...] | frozens
     for i, names in enumerate(wrote_at):
         l2_writes[i] = sum(written[n] for n in names if n not in spilled and steps[i].l2_capable)
     resident = {n: b for n, b in written.items() if n not in spilled and n in last_read}
-    return L2Plan(tuple(l2_reads), tuple(l2_writes), resident, {n: written[n] for n in spilled}, capacity)
+    return L2Plan(tuple(l2_reads), tuple(map(tuple, hits)), tuple(l2_writes), resident,
+                  {n: written[n] for n in spilled}, capacity)
 
 
 __all__ = ["L2Plan", "L2PlanError", "Step", "plan_l2"]

@@ -1,8 +1,10 @@
 """Keep activations in L2 between kernels, as ATC's ``--buffer_optimize=l2_optimize`` (its default)
 does: every kernel's reads and writes go through the chip's L2 in execution order
 (`pypto_lab.hw.l2_residency.plan_l2`, the model and its sources), and what stays there is written
-into the kernel specs (``l2_reads``: bytes of its inputs served by L2; ``l2_writes``: bytes of its
-results that never reach DRAM), which the Cube, Vector and TransData costers obey.
+into the kernel specs, which the Cube, Vector and TransData costers obey: a Cube kernel's operands
+that L2 serves (``l2_operands``: "a", "b", "residual"; every read of them, a convolution's
+overlapping feature-map rows too, hits L2), a Vector or TransData kernel's bytes of inputs served
+by L2 (``l2_reads``), and each kernel's bytes of results that never reach DRAM (``l2_writes``).
 
 The tensors are the graph's: a kernel reads the values and node outputs its member nodes take
 from outside it (views and in-place concatenations looked through to the tensors they alias:
@@ -106,6 +108,28 @@ def kernel_steps(graph: Graph, kernels: list[Kernel], gm_dtype: str) -> tuple[li
     return steps, outputs
 
 
+def _with_l2(spec, operands: tuple[str, ...], reads: int, writes: int):
+    if isinstance(spec, CubeKernel):
+        return replace(spec, l2_operands=operands, l2_writes=writes)
+    return replace(spec, l2_reads=reads, l2_writes=writes)
+
+
+def cube_operands(anchor: Node, hits: set[str], tensors: _Tensors) -> tuple[str, ...]:
+    """Which operands of a Cube kernel L2 serves: "a" and "b" (the anchor's two matrix inputs; an
+    addmm's after its bias), "residual" (another tensor a fused add reads)."""
+    first = 1 if anchor.op == "addmm" else 0
+    a = set(tensors.base(anchor.inputs[first])) if len(anchor.inputs) > first else set()
+    b = set(tensors.base(anchor.inputs[first + 1])) if len(anchor.inputs) > first + 1 else set()
+    out = []
+    if a and a <= hits:
+        out.append("a")
+    if b and b <= hits:
+        out.append("b")
+    if hits - a - b and anchor.kernel.epilogue.residual:
+        out.append("residual")
+    return tuple(out)
+
+
 def layer_of(module: str) -> str:
     """"layer3.*" for "layer3.0.conv1": a module path up to its first index, the rest starred (a path
     without an index: its first part, "Mixed_5b" for "Mixed_5b.branch1x1.conv")."""
@@ -127,18 +151,20 @@ class L2Residency(Pass):
 
     def apply(self, graph: Graph, ctx: PassContext) -> PassResult:
         for node in graph.nodes:  # start from nothing kept (the pass may run on its own output)
-            if l2_capable(node.kernel) and (node.kernel.l2_reads or node.kernel.l2_writes):
-                node.kernel = replace(node.kernel, l2_reads=0, l2_writes=0)
+            if l2_capable(node.kernel):
+                node.kernel = _with_l2(node.kernel, (), 0, 0)
         _, gm_dtype = storage_dtypes(ctx.chip, ctx.precision)
         kernels = kernels_of(graph)
         steps, outputs = kernel_steps(graph, kernels, gm_dtype)
         plan = plan_l2(steps, int(ctx.chip.l2_bytes), outputs)
         producers = graph.producers()
         changed = False
-        for k, r, w in zip(kernels, plan.l2_reads, plan.l2_writes):
+        tensors = _Tensors(graph, gm_dtype)
+        for k, hit, r, w in zip(kernels, plan.hits, plan.l2_reads, plan.l2_writes):
             anchor = producers[k.anchor]
             if (r or w) and anchor.kernel is k.spec and l2_capable(k.spec):
-                anchor.kernel = replace(k.spec, l2_reads=int(r), l2_writes=int(w))
+                operands = cube_operands(anchor, set(hit), tensors) if isinstance(k.spec, CubeKernel) else ()
+                anchor.kernel = _with_l2(k.spec, operands, int(r), int(w))
                 changed = True
         summary = (f"{len(plan.resident)} of {len(plan.resident) + len(plan.spilled)} tensors written by kernels "
                    f"stay in L2 ({ctx.chip.l2_bytes / MB:,.1f} MB) for their readers: "

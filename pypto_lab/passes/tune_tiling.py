@@ -29,8 +29,8 @@ from .base import Pass, PassContext, PassResult, register
 
 def without_l2(spec):
     """``spec`` as if L2 kept nothing between operators (the tiling search runs on it once)."""
-    if isinstance(spec, CubeKernel) and (spec.l2_reads or spec.l2_writes):
-        return replace(spec, l2_reads=0, l2_writes=0)
+    if isinstance(spec, CubeKernel) and (spec.l2_operands or spec.l2_writes):
+        return replace(spec, l2_operands=(), l2_writes=0)
     return spec
 
 

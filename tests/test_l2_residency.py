@@ -6,7 +6,7 @@ import torch
 
 from pypto_lab.compiler.optimize import optimize
 from pypto_lab.hw.chip import get_chip
-from pypto_lab.hw.kernels import simulate_conv2d, simulate_vector
+from pypto_lab.hw.kernels import Im2col, simulate_matmul, simulate_vector
 from pypto_lab.hw.l2_residency import L2PlanError, Step, plan_l2
 from pypto_lab.kernels.ir import CubeKernel
 from pypto_lab.passes.l2_residency import layer_of
@@ -67,7 +67,6 @@ def test_planner_rejects_bad_input_with_rule_and_fix():
 
 
 def test_a_conv_reading_its_input_from_l2_moves_fewer_dram_bytes_and_runs_faster_on_310p3():
-    from pypto_lab.hw.kernels import Im2col, simulate_matmul
     chip = get_chip("Ascend310P3")
     act = 64 * 128 * 192 * 2                       # the 3.1 MB fp16 feature map, and the result of the same size
     shape = dict(m=128 * 192, k=64 * 9, n=64, chip=chip, im2col=Im2col(192, 192, 3, 3, 1))

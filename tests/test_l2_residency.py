@@ -146,3 +146,11 @@ def test_attention_stays_unfused_where_the_core_version_has_no_flashattention_ke
         assert attention and all(k.spec.flash is flash for k in attention)
         step = next(p for p in rep.passes if p.name == "fuse_attention")
         assert ("no FlashAttention kernel" in step.summary) is not flash
+
+
+def test_torch_aie_keeps_no_activation_in_l2_between_operators():
+    # AscendIE, which torch_aie builds on, documents no L2 buffer optimisation (a GE/ATC build option)
+    rep = _report(1, "torch_aie")
+    assert rep.stack.name == "torch_aie"
+    assert next(p for p in rep.passes if p.name == "l2_residency").summary.startswith("not run")
+    assert rep.dram_bytes > _report(1).dram_bytes

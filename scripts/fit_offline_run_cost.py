@@ -7,7 +7,8 @@ its leave-one-model-out error: for each model, ``h`` fitted on the other models'
 model's rows judged with it (a constant that is right carries over; one that only absorbs some
 rows' misses does not). The presets are not changed by this script.
 
-Run:  python scripts/fit_offline_run_cost.py ROWS.json   (written by benchmarks/validate_by_stack.py --json)
+Run:  pypto-lab validate --set inference --json out/inference.json
+      python scripts/fit_offline_run_cost.py out/inference.json
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import statistics
 
 
@@ -41,10 +43,13 @@ def fit(rows: list[dict], hi: float = 5000.0) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("rows", help="JSON written by benchmarks/validate_by_stack.py --json")
+    ap.add_argument("rows", help="JSON written by pypto-lab validate --set inference --json")
     args = ap.parse_args()
     with open(args.rows, encoding="utf-8") as f:
-        rows = json.load(f)["rows"]
+        rows = [r for r in json.load(f)["rows"] if r["set"] == "inference" and r["simulated"] is not None]
+    for r in rows:   # the simulated latency of one call, from the simulated throughput at the row's batch
+        r["batch"] = int(re.search(r"\bb(\d+)\b", r["setup"]).group(1))
+        r["latency_us"] = r["batch"] * 1e6 / r["simulated"]
     for stack in sorted({r["stack"] for r in rows}):
         mine = [r for r in rows if r["stack"] == stack]
         h = fit(mine)

@@ -63,6 +63,12 @@ KNOWN_MODELS: dict[str, dict[str, Any]] = {
         "max_position_embeddings": 131072, "hidden_act": "silu", "rms_norm_eps": 1e-6,
         "tie_word_embeddings": False,
     },
+    "qwen2.5-7b": {
+        "_source": _hf("Qwen/Qwen2.5-7B-Instruct"), "model_type": "qwen2", "vocab_size": 152064,
+        "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
+        "num_key_value_heads": 4, "max_position_embeddings": 32768, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+    },
     "qwen2-0.5b": {
         "_source": _hf("Qwen/Qwen2-0.5B"), "model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896,
         "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
@@ -78,6 +84,20 @@ KNOWN_MODELS: dict[str, dict[str, Any]] = {
         "_source": _hf("Qwen/Qwen3-8B"), "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 4096,
         "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
         "head_dim": 128, "max_position_embeddings": 40960, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+    },
+    "qwen3-32b": {
+        "_source": _hf("Qwen/Qwen3-32B"), "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 5120,
+        "intermediate_size": 25600, "num_hidden_layers": 64, "num_attention_heads": 64, "num_key_value_heads": 8,
+        "head_dim": 128, "max_position_embeddings": 40960, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+    },
+    "qwen3-235b-a22b": {
+        "_source": _hf("Qwen/Qwen3-235B-A22B"), "model_type": "qwen3_moe", "vocab_size": 151936,
+        "hidden_size": 4096, "intermediate_size": 12288, "moe_intermediate_size": 1536, "num_hidden_layers": 94,
+        "num_attention_heads": 64, "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128,
+        "num_experts_per_tok": 8, "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": [],
+        "max_position_embeddings": 40960, "hidden_act": "silu", "rms_norm_eps": 1e-6,
         "tie_word_embeddings": False,
     },
     "qwen3-30b-a3b": {

@@ -387,22 +387,27 @@ __all__ = ["ChipStepModel", "LLMReport", "cards_needed", "check_fits", "default_
            "largest_batch", "serve", "simulate_generation", "step_model"]
 
 
-def serve(model, chip: str | Chip = DEFAULT_CHIP, requests: int = 1000, rate: float = 10.0, seed: int = 0,
+def serve(model, chip: str | Chip = DEFAULT_CHIP, requests: int = 1000, rate: float | None = None, seed: int = 0,
           cards: int = 1, scheduler: str = "continuous", max_batched_tokens: int = 8192, block_size: int = 128,
           *, max_num_seqs: int = 256, tp: int | None = None, precision: str = "fp16", ep: int = 1,
           kv_dtype: str | None = None, topology=None, stack: str | Stack = DEFAULT_LLM_STACK, lengths=None,
           hbm_utilization: float = DEFAULT_HBM_UTILIZATION, progress: bool = True,
-          launch_us: float | None = None) -> ServeReport:
+          launch_us: float | None = None, concurrency: int | None = None, shared_prefix: int = 0,
+          prefix_caching: bool = True) -> ServeReport:
     """Serve ``requests`` requests arriving at ``rate`` per second (Poisson; lengths from the
     ShareGPT-like distribution or ``lengths``) on ``cards`` x ``chip``: `serving.simulate_serving`
-    driven by this engine's step times. Returns a `serving.ServeReport`. Every argument, and a trace
-    file, is checked before the model is costed."""
+    driven by this engine's step times. ``concurrency``: at most that many requests in flight (a
+    closed loop with the default rate); ``shared_prefix``, ``prefix_caching``: a system prompt in
+    front of every prompt and vLLM's automatic prefix caching (see `simulate_serving`). Returns a
+    `serving.ServeReport`. Every argument, and a trace file, is checked before the model is costed."""
     check_serving_arguments(requests=requests, rate=rate, seed=seed, scheduler=scheduler,
-                            max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs, block_size=block_size)
+                            max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs, block_size=block_size,
+                            concurrency=concurrency, shared_prefix=shared_prefix, prefix_caching=prefix_caching)
     trace = read_trace(lengths) if lengths is not None else None
     sm = step_model(model, chip, cards, tp, precision, ep=ep, kv_dtype=kv_dtype, topology=topology,
                     stack=stack, max_batched_tokens=max_batched_tokens, hbm_utilization=hbm_utilization,
                     launch_us=launch_us)
     return simulate_serving(sm, requests=requests, rate=rate, seed=seed, scheduler=scheduler,
                             max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs, block_size=block_size,
-                            lengths=trace, progress=progress)
+                            lengths=trace, progress=progress, concurrency=concurrency, shared_prefix=shared_prefix,
+                            prefix_caching=prefix_caching)

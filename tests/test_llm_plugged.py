@@ -240,3 +240,20 @@ def test_qwen3_next_counts_its_deltanet_state_per_sequence_not_per_token():
     assert long - short == 2 * 1024 * kv_bytes_per_token(spec, hw)            # the state does not grow
     assert short == 2 * (1024 * kv_bytes_per_token(spec, hw) + state)
     assert state_bytes_per_sequence(spec_of("glm-4.5"), hw) == 0
+
+
+def test_serving_steps_take_the_plugged_kernel_in_decode_only_steps():
+    from pypto_lab.llm.engine import serve, step_model
+
+    base = step_model("qwen3-next", "Ascend910B1", cards=4)
+    sm = step_model("qwen3-next", "Ascend910B1", cards=4, kernels={"linear_attention": plug.gated_delta_rule()})
+    hw = sm.hw
+    ks = forward_kernels(sm.spec, hw, decode=[2048] * 4, plugged=sm.plugged)
+    assert sm.step_ms([], [2048] * 4) == pytest.approx(step_time_us(ks, hw.stack) / 1000)
+    assert sm.step_ms([], [2048] * 4) != base.step_ms([], [2048] * 4)
+    assert sm.step_ms([(512, 0)], [2048]) == base.step_ms([(512, 0)], [2048])    # a step with prefill: the engine's
+    kw = dict(requests=20, rate=2.0, cards=4, progress=False)
+    plain = serve("qwen3-next", "Ascend910B1", **kw).to_dict()
+    plugged = serve("qwen3-next", "Ascend910B1", kernels={"linear_attention": plug.gated_delta_rule()}, **kw).to_dict()
+    print("TPOT p50", plain["tpot_ms_p50"], "->", plugged["tpot_ms_p50"])
+    assert plugged["tpot_ms_p50"] != plain["tpot_ms_p50"]

@@ -336,12 +336,13 @@ def _plugged_summary(kernels: list[CostedKernel], plugged, context: int) -> list
 
 class ChipStepModel:
     """A `StepModel` (see `step_model.py`) for ``spec`` on ``hw``: one engine step's time from
-    `forward_kernels`, memoised on (prefill chunks, decode count, mean context rounded to 16)."""
+    `forward_kernels`, memoised on (prefill chunks, decode count, mean context rounded to 16).
+    ``plugged``: pto kernels for layer kinds of the decode-only steps (`plug.resolve`)."""
 
     def __init__(self, spec: LLMSpec, hw: Hardware, max_batched_tokens: int = 8192,
-                 hbm_utilization: float = DEFAULT_HBM_UTILIZATION):
+                 hbm_utilization: float = DEFAULT_HBM_UTILIZATION, plugged=None):
         check_hardware(spec, hw)
-        self.spec, self.hw = spec, hw
+        self.spec, self.hw, self.plugged = spec, hw, plugged or None
         self.name = f"{spec.name} on {hw.cards} x {hw.chip.name} ({hw.stack.name})"
         self.max_positions = spec.max_positions      # serving refuses longer requests (validation.check_positions)
         self.kv_bytes_per_token = kv_bytes_per_token(spec, hw)
@@ -360,7 +361,8 @@ class ChipStepModel:
         key = (tuple(sorted((int(c), int(p) // 16 * 16) for c, p in prefill)), n, ctx)
         t = self._memo.get(key)
         if t is None:
-            ks = forward_kernels(self.spec, self.hw, prefill=[(c, p) for c, p in key[0]], decode=[max(1, ctx)] * n)
+            ks = forward_kernels(self.spec, self.hw, prefill=[(c, p) for c, p in key[0]], decode=[max(1, ctx)] * n,
+                                 plugged=self.plugged)
             t = self._memo[key] = step_time_us(ks, self.hw.stack) / 1000
         return t
 
@@ -368,8 +370,10 @@ class ChipStepModel:
 def step_model(model, chip: str | Chip = DEFAULT_CHIP, cards: int = 1, tp: int | None = None,
                precision: str = "fp16", *, ep: int = 1, kv_dtype: str | None = None, topology=None,
                stack: str | Stack = DEFAULT_LLM_STACK, max_batched_tokens: int = 8192,
-               hbm_utilization: float = DEFAULT_HBM_UTILIZATION, launch_us: float | None = None) -> ChipStepModel:
-    """The serving simulator's view of ``model`` on ``cards`` x ``chip`` under ``stack``."""
+               hbm_utilization: float = DEFAULT_HBM_UTILIZATION, launch_us: float | None = None,
+               kernels: dict | None = None) -> ChipStepModel:
+    """The serving simulator's view of ``model`` on ``cards`` x ``chip`` under ``stack``; ``kernels``
+    as for `simulate_generation` (pto kernels in the decode-only steps)."""
     if launch_us is not None:
         raise launch_moved(launch_us, stack)
     spec = spec_of(model)
@@ -380,7 +384,11 @@ def step_model(model, chip: str | Chip = DEFAULT_CHIP, cards: int = 1, tp: int |
     if hw.cards // hw.tp > 1:
         raise hinted(LLMConfigError, f"cards = {cards}, tp = {hw.tp}: serving models one replica. Fix: tp=cards "
                      f"({{tp={hw.cards}}}), or serve each replica on its own")
-    return ChipStepModel(spec, hw, max_batched_tokens, hbm_utilization)
+    plugged = None
+    if kernels:
+        from .plug import resolve
+        plugged = resolve(spec, hw, kernels)
+    return ChipStepModel(spec, hw, max_batched_tokens, hbm_utilization, plugged)
 
 
 __all__ = ["ChipStepModel", "LLMReport", "cards_needed", "check_fits", "default_topology", "hardware", "hbm_use",
@@ -393,20 +401,21 @@ def serve(model, chip: str | Chip = DEFAULT_CHIP, requests: int = 1000, rate: fl
           kv_dtype: str | None = None, topology=None, stack: str | Stack = DEFAULT_LLM_STACK, lengths=None,
           hbm_utilization: float = DEFAULT_HBM_UTILIZATION, progress: bool = True,
           launch_us: float | None = None, concurrency: int | None = None, shared_prefix: int = 0,
-          prefix_caching: bool = True) -> ServeReport:
+          prefix_caching: bool = True, kernels: dict | None = None) -> ServeReport:
     """Serve ``requests`` requests arriving at ``rate`` per second (Poisson; lengths from the
     ShareGPT-like distribution or ``lengths``) on ``cards`` x ``chip``: `serving.simulate_serving`
     driven by this engine's step times. ``concurrency``: at most that many requests in flight (a
     closed loop with the default rate); ``shared_prefix``, ``prefix_caching``: a system prompt in
     front of every prompt and vLLM's automatic prefix caching (see `simulate_serving`). Returns a
-    `serving.ServeReport`. Every argument, and a trace file, is checked before the model is costed."""
+    `serving.ServeReport`. ``kernels``: pto kernels for layer kinds of the decode-only steps
+    (`pypto_lab.llm.plug`). Every argument, and a trace file, is checked before the model is costed."""
     check_serving_arguments(requests=requests, rate=rate, seed=seed, scheduler=scheduler,
                             max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs, block_size=block_size,
                             concurrency=concurrency, shared_prefix=shared_prefix, prefix_caching=prefix_caching)
     trace = read_trace(lengths) if lengths is not None else None
     sm = step_model(model, chip, cards, tp, precision, ep=ep, kv_dtype=kv_dtype, topology=topology,
                     stack=stack, max_batched_tokens=max_batched_tokens, hbm_utilization=hbm_utilization,
-                    launch_us=launch_us)
+                    launch_us=launch_us, kernels=kernels)
     return simulate_serving(sm, requests=requests, rate=rate, seed=seed, scheduler=scheduler,
                             max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs, block_size=block_size,
                             lengths=trace, progress=progress, concurrency=concurrency, shared_prefix=shared_prefix,

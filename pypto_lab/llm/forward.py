@@ -203,7 +203,9 @@ def _mla_attention(spec: LLMSpec, hw: Hardware, t: int, prefill, decode, add) ->
         ctx = int(round(float(np.mean(decode))))
         if is_dsa(spec):
             _dsa_indexer(spec, hw, t, b, ctx, add)
-            ctx = min(ctx, int(spec.extra["index_topk"]))          # the tokens the indexer selected
+            # the tokens the indexer selected, read as if contiguous (the gather of scattered rows is
+            # not charged here; a plugged pto kernel charges it: llm/plug.py)
+            ctx = min(ctx, int(spec.extra["index_topk"]))
         add("BatchMatMul_q_absorb", "matmul", _mm(hw, b, nope, r, batch=heads), L, b * heads * (nope + r) * ab)
         add("IncreFlashAttention", "attention", IncreAttentionKernel(
             b, 1, heads, max(1, ctx), r + rope, hw.act_dtype, hw.kv_dtype), L, b * heads * (r + rope) * 2 * ab)

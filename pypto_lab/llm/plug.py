@@ -316,7 +316,9 @@ def cost_plugged(plug: LayerKernel, shape: StepShape) -> tuple[PtoKernel, Kernel
     kernel = plug.build(shape)
     ins, outs = plug.tensors(shape)
     chip = shape.hw.chip
-    key = (id(kernel), tuple(_hashable(m) for m in ins + outs), plug.rounded(shape.context), chip.name)
+    # a kernel's own tensors may hold the context (sequence lengths it reads): then it is part of the key
+    ctx = plug.rounded(shape.context) if plug.make_tensor else None
+    key = (id(kernel), tuple(_hashable(m) for m in ins + outs), ctx, chip.name)
     hit = _RUNS.get(key)
     if hit is not None:
         return hit

@@ -319,12 +319,11 @@ def forward_kernels(spec: LLMSpec, hw: Hardware, prefill: Sequence[tuple[int, in
     lists them with their shapes' bytes but no simulation (for the HBM accounting); ``strategy``
     is the costing strategy (`pypto_lab.kernels.cost`: "grid" for the many steps of a generation
     or a serving run, "exact" for a step costed once). ``plugged``: layer kind -> `plug.LayerKernel`
-    (`plug.resolve`); in a decode-only step each replaces that layer kind's kernels by one pto
+    (a `plug.Plugged`, from `plug.resolve`); in a decode-only step each replaces that layer kind's kernels by one pto
     kernel run at the step's shapes (`plug.apply`); prefill steps keep the engine's kernels."""
     out = _forward_kernels(spec, hw, prefill, decode, costed, strategy)
     if plugged and decode and not prefill and costed:
-        from .plug import apply  # pto is imported only when a kernel is plugged in
-        out = apply(out, spec, hw, list(decode), plugged)
+        out = plugged.apply(out, spec, hw, list(decode))   # `plug.Plugged`
     return out
 
 

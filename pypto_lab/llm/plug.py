@@ -198,11 +198,19 @@ def _blocks(context: int) -> int:
 
 # ---- checks ------------------------------------------------------------------------------------------
 
-def resolve(spec: LLMSpec, hw: Hardware, kernels) -> dict[str, LayerKernel]:
+class Plugged(dict):
+    """Layer kind -> `LayerKernel`, as `resolve` checked them; ``apply`` puts them into a decode
+    step's kernels (the forward pass calls it without importing this module)."""
+
+    def apply(self, kernels: list[CostedKernel], spec: LLMSpec, hw: Hardware, decode: list[int]) -> list[CostedKernel]:
+        return apply(kernels, spec, hw, decode, self)
+
+
+def resolve(spec: LLMSpec, hw: Hardware, kernels) -> Plugged:
     """``kernels`` checked against the model: known layer kinds the model has, each a `LayerKernel`
     of that kind or a bare pto kernel (then given the kind's standard arguments)."""
     if kernels is None:
-        return {}
+        return Plugged()
     if not isinstance(kernels, dict):
         raise PluggedKernelError(f"kernels of type {type(kernels).__name__}: the engine takes a dict of layer kind "
                                  f"({', '.join(LAYER_KINDS)}) -> pto kernel. Fix: kernels={{'attention': "
@@ -222,7 +230,7 @@ def resolve(spec: LLMSpec, hw: Hardware, kernels) -> dict[str, LayerKernel]:
                                      f"plugged under its own layer kind. Fix: kernels={{'{plug.kind}': ...}}")
         _check_model(spec, hw, plug)
         out[kind] = plug
-    return out
+    return Plugged(out)
 
 
 def _check_model(spec: LLMSpec, hw: Hardware, plug: LayerKernel) -> None:
@@ -384,6 +392,6 @@ def plugged_rows(kernels: list[CostedKernel]) -> list[CostedKernel]:
     return [k for k in kernels if isinstance(k.spec, PtoKernel)]
 
 
-__all__ = ["LAYER_KINDS", "LayerKernel", "PluggedKernelError", "REPLACES", "StepShape", "apply", "cost_plugged",
+__all__ = ["LAYER_KINDS", "LayerKernel", "Plugged", "PluggedKernelError", "REPLACES", "StepShape", "apply", "cost_plugged",
            "dense_mla_attention", "fused_moe", "gated_delta_rule", "layer_count", "plugged_rows", "resolve",
            "sparse_mla_attention", "standard"]

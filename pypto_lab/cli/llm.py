@@ -22,7 +22,8 @@ COMMON_FLAGS = {"chip": "--chip", "cards": "--cards", "precision": "--precision"
 LLM_FLAGS = {**COMMON_FLAGS, "batch": "--batch", "prompt_len": "--prompt", "output_len": "--output", "tp": "--tp"}
 SERVE_FLAGS = {**COMMON_FLAGS, "requests": "--requests", "rate": "--rate", "seed": "--seed",
                "scheduler": "--scheduler", "max_batched_tokens": "--max-batched-tokens", "block_size": "--block-size",
-               "lengths": "--lengths"}
+               "lengths": "--lengths", "concurrency": "--concurrency", "shared_prefix": "--shared-prefix",
+               "max_num_seqs": "--max-num-seqs"}
 
 
 def _rate(text: str) -> float:
@@ -64,7 +65,8 @@ def cmd_serve(args) -> int:
     rep = serve(args.model, chip=args.chip, requests=args.requests, rate=args.rate, seed=args.seed, cards=args.cards,
                 scheduler=args.scheduler, max_batched_tokens=args.max_batched_tokens, block_size=args.block_size,
                 precision=args.precision, kv_dtype=args.kv_dtype, stack=_stack(args), lengths=args.lengths,
-                progress=not args.quiet, max_num_seqs=args.max_num_seqs)
+                progress=not args.quiet, max_num_seqs=args.max_num_seqs, concurrency=args.concurrency,
+                shared_prefix=args.shared_prefix, prefix_caching=args.prefix_caching)
     print(rep.summary())
     if args.json:
         write_json_atomic(args.json, rep.to_dict())
@@ -125,9 +127,17 @@ def add_llm_commands(sub) -> None:
     g.add_argument("--batch", type=int, default=1)
     g.add_argument("--prompt", type=int, default=1024, help="prompt tokens per sequence (default 1024)")
     g.add_argument("--output", type=int, default=256, help="output tokens per sequence (default 256)")
-    s = sub.add_parser("serve", help="serve a Poisson stream of requests with continuous batching")
+    s = sub.add_parser("serve", help="serve a Poisson stream of requests (or a closed loop) with continuous batching")
     s.add_argument("model", help=_model_help())
-    s.add_argument("--rate", type=_rate, default=10.0, help="requests per second (inf: all at once; default 10)")
+    s.add_argument("--rate", type=_rate, default=None,
+                   help="requests per second (inf: all at once; default 10, or inf with --concurrency)")
+    s.add_argument("--concurrency", type=int, default=None, metavar="N",
+                   help="at most N requests in flight, the next sent when one is answered (vllm bench serve "
+                        "--max-concurrency; a closed loop unless --rate is given)")
+    s.add_argument("--shared-prefix", type=int, default=0, metavar="TOKENS",
+                   help="a system prompt of TOKENS tokens in front of every prompt (default 0)")
+    s.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=True,
+                   help="vLLM's automatic prefix caching: shared prefix blocks computed and held once (default on)")
     s.add_argument("--requests", type=int, default=1000)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--scheduler", choices=["continuous", "static"], default="continuous")

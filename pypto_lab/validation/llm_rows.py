@@ -31,7 +31,7 @@ from ..files.paths import DATASETS_DIR
 from ..hw.chip import Chip, get_chip
 from ..kernels.cost import cost
 from ..kernels.ir import CubeKernel
-from ..llm import serve, simulate_generation
+from ..llm import simulate_generation
 from ..stack import Launch, Stack, get_stack, run_in_order
 from .compare import Comparison, FittedConstant
 
@@ -43,7 +43,7 @@ MODELS = {"Llama-2-7B": "llama-2-7b", "Llama-2-70B": "llama-2-70b", "Llama-3-70B
 HELD_BACK = {"Llama-3-70B": "kept back from the torchair fit: a second 70B model of the same README family",
              "Llama-2-7B": "kept back from the torchair fit: its rows come from three other READMEs "
                            "(reduce-overhead, quantization)"}
-GRAPH_STACK, EAGER_STACK, SERVING_STACK = "torchair-graph", "torch_npu-eager", "vllm-ascend-aclgraph"
+GRAPH_STACK, EAGER_STACK = "torchair-graph", "torch_npu-eager"
 FIT_SCRIPT = "scripts/derive_stack_constants.py"
 
 
@@ -178,37 +178,32 @@ def matmuls(rows: Iterable[dict], loop: int = 100) -> list[Comparison]:
     return out
 
 
-def serving_rate_rows(rows: Iterable[dict], tick: Callable[[], None] | None = None) -> list[Comparison]:
-    """The serving rows measured at a request rate with fixed lengths, run as they were measured."""
-    out, memo = [], {}
-    metrics = {"ttft_ms_mean": ("serving TTFT", "ttft_ms_mean", "ttft_ms_p50"),
-               "tpot_ms_mean": ("serving ITL / TPOT", "tpot_ms_mean", "tpot_ms_p50"),
-               "output_tokens_per_s": ("serving throughput", "output_tokens_per_s", None)}
-    for r in rows:
-        if r["model"] not in MODELS or "rate=" not in r["batch"] or "torchair" in r["framework"].lower():
-            continue
-        if r["metric"] not in metrics:
-            continue
-        p, o = _num(r["prompt_len"]), _num(r["output_len"])
-        if p is None or o is None:
-            continue
-        rate = float(re.search(r"rate=([\d.]+)", r["batch"]).group(1))
-        cards = _num(r["cards"]) or 1
-        chip = atlas_800i_a2() if "800I" in r["chip"] else get_chip("Ascend910B2")
-        key = (r["model"], cards, p, o, rate, chip.name)
-        if key not in memo:
-            memo[key] = serve(MODELS[r["model"]], chip=chip, requests=100, rate=rate, cards=cards,
-                              lengths=[(p, o)] * 100, precision="bf16", stack=SERVING_STACK, progress=False).to_dict()
+def serving_rows(tick: Callable[[], None] | None = None) -> list[Comparison]:
+    """Every published serving row run the way it was measured (`pypto_lab.llm.serving_validation`:
+    rate or closed loop, the row's lengths, requests, cards and stack), one simulation per distinct
+    run; the rows it cannot express come back skipped, with the reason."""
+    from ..llm import serving_validation as sv
+    todo, skipped = sv.plan(read_rows())
+    regimes = {"TTFT": "serving TTFT", "ITL": "serving ITL / TPOT", "throughput": "serving throughput"}
+    reports, out = {}, []
+    for row, run, assumed in todo:
+        if run not in reports:
+            reports[run] = sv.simulate(run)
             if tick:
                 tick()
-        d = memo[key]
-        regime, k1, k2 = metrics[r["metric"]]
-        sim = d.get(k1, d.get(k2)) if k2 else d[k1]
-        out.append(Comparison(set="serving", regime=regime, model=r["model"],
-                              setup=f"{cards}x{chip.name} rate {rate:g}/s {p}+{o}", stack=SERVING_STACK,
-                              metric=r["metric"], unit=r["unit"], published=float(r["value"]), source=r["source_url"],
-                              row=f"id {r['id']}", simulated=sim,
-                              mechanisms=("Poisson arrivals at the row's rate",)))
+        kind, get = sv.METRICS[row["metric"]]
+        out.append(Comparison(set="serving", regime=regimes[kind], model=row["model"],
+                              setup=f"{run.cards}x{run.chip} {run.load} {run.prompt}+{run.output} x{run.requests}",
+                              stack=run.stack, metric=row["metric"], unit=row["unit"], published=float(row["value"]),
+                              source=row["source_url"], row=f"id {row['id']}", simulated=float(get(reports[run])),
+                              mechanisms=(f"{run.load}, continuous batching",) + tuple(assumed)))
+    for s in skipped:
+        row = next(r for r in read_rows() if int(r["id"]) == s["id"])
+        kind = sv.METRICS.get(row["metric"], ("TTFT",))[0]
+        out.append(Comparison(set="serving", regime=regimes.get(kind, "serving TTFT"), model=row["model"],
+                              setup=row["batch"], stack=row["framework"], metric=row["metric"], unit=row["unit"],
+                              published=float(row["value"]), source=row["source_url"], row=f"id {row['id']}",
+                              skipped=s["reason"]))
     return out
 
 
@@ -266,7 +261,7 @@ def llm_set(tick: Callable[[], None] | None = None) -> tuple[list[Comparison], l
 
 
 def serving_set(tick: Callable[[], None] | None = None) -> tuple[list[Comparison], list[FittedConstant]]:
-    return serving_rate_rows(read_rows(), tick=tick), []
+    return serving_rows(tick=tick), []
 
 
 def median_error(rows: list[Comparison]) -> float:
@@ -274,5 +269,5 @@ def median_error(rows: list[Comparison]) -> float:
 
 
 __all__ = ["DATA", "HELD_BACK", "MODELS", "atlas_800i_a2", "fit_aicpu_tiling", "fit_rows", "fixed_batch", "llm_set",
-           "matmuls", "read_rows", "row_kv_impl", "row_stack", "serving_rate_rows", "serving_set", "solve_additive",
+           "matmuls", "read_rows", "row_kv_impl", "row_stack", "serving_rows", "serving_set", "solve_additive",
            "with_leave_one_model_out"]

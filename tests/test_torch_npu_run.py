@@ -137,10 +137,11 @@ def test_a_host_bound_loop_shows_the_dispatch_and_the_event_timer_sees_it(tmp_pa
     path.write_text(textwrap.dedent("""
         import torch, torch_npu
         x = torch.randn(64, 64).npu()
+        step = torch.compile(lambda t: torch.relu(t + 1))     # runs eagerly on the card
         s, e = torch.npu.Event(enable_timing=True), torch.npu.Event(enable_timing=True)
         s.record()
         for _ in range(100):
-            x = torch.relu(x + 1)
+            x = step(x)
         e.record()
         e.synchronize()
         print(f"loop {s.elapsed_time(e) * 1e3:.2f} us")
@@ -150,7 +151,7 @@ def test_a_host_bound_loop_shows_the_dispatch_and_the_event_timer_sees_it(tmp_pa
     assert code == 0
     loop_us = float(re.search(r"loop ([\d.]+) us", out).group(1))
     assert loop_us == pytest.approx(200 * STACK.dispatch_us + STACK.launch_us + sim.card.records[-1].device_us, rel=1e-3)
-    assert "host-bound" in out
+    assert "host-bound" in out and "torch.compile(backend='inductor') ran its model eagerly" in out
 
 
 # ---------------------------------------------------------------------------- the fused operators

@@ -238,7 +238,8 @@ class SimulatedNpu:
                    (torch.jit, "load", npu_api.jit_load(self))]
         patches += standin._library_patches()
         patches += [(OptimizedModel, "forward", npu_api.optimized_forward(self))]
-        patches += [(torch.onnx, "export", self.without_modes(torch.onnx.export)),
+        patches += [(torch, "compile", npu_api.eager_compile(self)),
+                    (torch.onnx, "export", self.without_modes(torch.onnx.export)),
                     (torch.jit, "trace", self.without_modes(torch.jit.trace)),
                     (torch.export, "export", self.without_modes(torch.export.export))]
         if not self.wall_clock:

@@ -284,6 +284,20 @@ def optimized_forward(sim):
     return forward
 
 
+def eager_compile(sim):
+    """``torch.compile`` in a run returns the model unchanged: its operators run eagerly on the card.
+    The graph a compiler would build is not simulated here; a graph-mode stack
+    (``--stack torchair-graph``) costs the same operators launched as a graph."""
+    def compile(model=None, *args, backend="inductor", **kwargs):
+        name = getattr(backend, "__name__", backend) if not isinstance(backend, str) else backend
+        note = (f"torch.compile(backend={name!r}) ran its model eagerly on the card; --stack torchair-graph costs "
+                "the same operators launched as a graph")
+        if note not in sim.notes:
+            sim.notes.append(note)
+        return model if model is not None else (lambda m: m)
+    return compile
+
+
 def _to_card(obj):
     if isinstance(obj, torch.nn.Module):
         return obj.to("npu")

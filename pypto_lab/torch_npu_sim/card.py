@@ -1,12 +1,16 @@
 """The simulated card of ``pypto-lab run``: a host clock, the card's streams and events, its HBM, and
 the record of every kernel and copy placed on them.
 
-Timing follows the software stack (`pypto_lab.stack`) exactly as every other front end does
+Timing follows the software stack (`pypto_lab.stack`) as every other front end does
 (`pypto_lab.stack.timeline`): the host spends the stack's ``dispatch_us`` on each kernel it
 launches, the device starts a kernel when its stream is free and the host has dispatched it, and
 spends the stack's ``launch_us`` before the kernel's own time (the coster's, `pypto_lab.kernels`).
 With the stack's asynchronous task queue (``host_device_overlap``: torch_npu's TASK_QUEUE_ENABLE)
-the host runs ahead; otherwise it waits for each kernel. What makes the host wait for the device is
+the host runs ahead; otherwise it waits for each kernel. A graph-mode stack (``torchair-graph``)
+dispatches nothing from the host per kernel, but the kernels are still the script's eager
+operators: no graph compiler fuses them here (only the operator-level ``sdpa_flash`` of a stack is
+applied, `eager.EagerLowering`), and a step's ``step_host_us`` is not charged (a script has no
+steps). What makes the host wait for the device is
 what makes it wait on a card: ``torch.npu.synchronize()``, ``Stream.synchronize()``,
 ``Event.synchronize()``, a copy to the host (``.cpu()``, ``.item()``, printing a tensor), a blocking
 copy to the card (``.npu()`` without ``non_blocking``: torch_npu copies from pageable memory and

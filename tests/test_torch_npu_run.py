@@ -154,6 +154,24 @@ def test_a_host_bound_loop_shows_the_dispatch_and_the_event_timer_sees_it(tmp_pa
     assert "host-bound" in out and "torch.compile(backend='inductor') ran its model eagerly" in out
 
 
+def test_streams_overlap_only_where_their_kernels_hold_different_cores():
+    with SimulatedNpu() as sim:
+        a = torch.randn(2048, 2048, dtype=torch.float16).npu()
+        v = torch.randn(16, 2 ** 20, dtype=torch.float16).npu()
+        torch.npu.synchronize()
+        s1, s2 = torch.npu.Stream(), torch.npu.Stream()
+        with torch.npu.stream(s1):
+            a @ a                                   # Cube (AIC)
+        with torch.npu.stream(s2):
+            torch.exp(v)                            # Vector (AIV): beside it on the 910B
+            a @ a                                   # Cube again: after the first
+        torch.npu.synchronize()
+        mm1, ex, mm2 = sim.card.records[-3:]
+    assert (mm1.op, ex.op, mm2.op) == ("mm", "exp", "mm") and mm1.stream != ex.stream == mm2.stream
+    assert ex.start < mm1.end                       # overlap: different cores
+    assert mm2.start >= mm1.end                     # the second Cube kernel waits for the AIC cores
+
+
 # ---------------------------------------------------------------------------- the fused operators
 
 def _launch(func, *args, **kwargs):

@@ -10,7 +10,10 @@ the host runs ahead; otherwise it waits for each kernel. A graph-mode stack (``t
 dispatches nothing from the host per kernel, but the kernels are still the script's eager
 operators: no graph compiler fuses them here (only the operator-level ``sdpa_flash`` of a stack is
 applied, `eager.EagerLowering`), and a step's ``step_host_us`` is not charged (a script has no
-steps). What makes the host wait for the device is
+steps). Streams run side by side where their kernels hold different cores: a kernel holds the cores its
+coster names (``KernelCost.resources``: the 910B's AIC or AIV cores, or whole AI Cores), so a
+Cube kernel on one stream and a Vector kernel on another overlap on a split-core chip, two Cube
+kernels do not. What makes the host wait for the device is
 what makes it wait on a card: ``torch.npu.synchronize()``, ``Stream.synchronize()``,
 ``Event.synchronize()``, a copy to the host (``.cpu()``, ``.item()``, printing a tensor), a blocking
 copy to the card (``.npu()`` without ``non_blocking``: torch_npu copies from pageable memory and
@@ -188,6 +191,7 @@ class Card:
         self.current = 0
         self.records: list[Record] = []
         self.memory = Memory(int(chip.hbm_bytes))
+        self.busy: dict[str, float] = {}   # when each kind of core ("AIC", "AIV", "AI Core") is free again
         self.sync_waits = 0.0   # host time spent waiting for the device
         self.syncs = 0
 
@@ -216,9 +220,12 @@ class Card:
         host_start = self.host
         self.host += self.stack.dispatch_us
         launch = launch_cost(self.stack, False, bool(getattr(spec, "value_tiling", False)))
-        start = max(s.free, self.host)
+        cores = c.resources or ("AI Core",)
+        start = max([s.free, self.host] + [self.busy.get(r, 0.0) for r in cores])
         end = start + launch + c.time_us
         s.free = end
+        for r in cores:
+            self.busy[r] = end
         if host_waits(self.stack):
             self.host = end
         return self._add("kernel", op, name, op_type, spec, c, s.index, host_start, self.host, start, end, launch,

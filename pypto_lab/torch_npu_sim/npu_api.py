@@ -418,7 +418,9 @@ _CUDA_NAMES = ("is_available", "device_count", "current_device", "set_device", "
 
 def enable_transfer(sim) -> None:
     """What ``from torch_npu.contrib import transfer_to_npu`` does: ``torch.cuda.*`` is ``torch.npu.*``,
-    ``.cuda()`` is ``.npu()``, a "cuda" device is the NPU, NCCL is HCCL."""
+    ``.cuda()`` is ``.npu()``, a "cuda" device (also in ``torch.autocast``) is the NPU. (Its
+    NCCL -> HCCL rewrite of ``init_process_group`` is not stood in: a run is one card; use
+    ``pypto_lab.distributed.init_process_group(backend="hccl")``.)"""
     if sim.cuda_is_npu:
         return
     sim.cuda_is_npu = True

@@ -483,6 +483,9 @@ def test_the_cli_runs_a_script_with_torch_npu_profiler_and_returns_its_exit_code
     bad = subprocess.run([sys.executable, "-m", "pypto_lab.run", "--chip", "Ascend999", str(script)],
                          capture_output=True, text=True, env=_env(), cwd=tmp_path)
     assert bad.returncode == 2 and "unknown chip" in bad.stderr
+    missing = subprocess.run([sys.executable, "-m", "pypto_lab.cli", "run", "nowhere.py"], capture_output=True,
+                             text=True, env=_env(), cwd=tmp_path)
+    assert missing.returncode == 2 and "nowhere.py: no such script" in missing.stderr
 
 
 def test_outside_a_run_import_torch_npu_is_what_it_is_without_pypto_lab(tmp_path):

@@ -1,0 +1,174 @@
+"""Pipeline schedules of a training step: 1F1B and interleaved 1F1B as Megatron-Core runs them,
+each stage's forward and backward passes of every micro-batch placed in time, with the bubbles
+between them.
+
+`order(pp, vpp, m, stage)` is the sequence of passes one stage runs, as Megatron-Core's schedules
+issue them (`megatron/core/pipeline_parallel/schedules.py`):
+
+* 1F1B (``forward_backward_pipelining_without_interleaving``): stage ``s`` runs ``pp - s - 1``
+  warm-up forwards, then alternates one forward and one backward, then drains the remaining
+  backwards (Narayanan et al., SC'21, section 2.2, PipeDream-Flush);
+* interleaved 1F1B (``..._with_interleaving``, ``vpp`` model chunks per stage): ``(pp - s - 1) * 2 +
+  (vpp - 1) * pp`` warm-up forwards; the ``k``-th forward runs chunk ``(k // pp) % vpp`` of
+  micro-batch ``(k // (pp * vpp)) * pp + k % pp``, the ``k``-th backward the chunks in reverse;
+  when the micro-batches equal the stages every forward runs first.
+
+`simulate` places the passes: a pass starts when its stage is free and its input has arrived (a
+forward the activations of the previous chunk, a backward the gradient of the next one) plus one
+point-to-point transfer between different stages; sends do not hold the sender (Megatron's
+batched isend/irecv). What a stage spends waiting is its bubble: with equal stages 1F1B idles
+``(pp - 1) / (m + pp - 1)`` of the step, interleaving divides the warm-up and drain by ``vpp``
+(Narayanan et al., section 2.2: bubble ``(p - 1) / (v m)`` of the ideal time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One forward ("F") or backward ("B") pass of micro-batch ``micro`` through model chunk
+    ``chunk`` (0..vpp-1) of stage ``stage``, placed in time."""
+
+    stage: int
+    kind: str
+    micro: int
+    chunk: int
+    start_us: float
+    end_us: float
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Every pass of a step on every stage, and where each stage idled."""
+
+    pp: int
+    vpp: int
+    micro_batches: int
+    passes: tuple[Pass, ...]
+
+    def of(self, stage: int) -> list[Pass]:
+        return [p for p in self.passes if p.stage == stage]
+
+    @property
+    def end_us(self) -> float:
+        return max(p.end_us for p in self.passes)
+
+    def busy_us(self, stage: int) -> float:
+        return sum(p.end_us - p.start_us for p in self.of(stage))
+
+    def last_backward_end(self, stage: int) -> float:
+        return max(p.end_us for p in self.of(stage) if p.kind == "B")
+
+    def bubble_us(self, stage: int) -> float:
+        """Time stage ``stage`` idles between the step's start and the end of its last pass."""
+        return self.last_backward_end(stage) - self.busy_us(stage)
+
+    @property
+    def bubble_fraction(self) -> float:
+        """The largest share of the pipeline's span any stage spends idle."""
+        span = self.end_us
+        return max(0.0, max((span - self.busy_us(s)) / span for s in range(self.pp))) if span > 0 else 0.0
+
+    def idle(self, stage: int) -> list[tuple[float, float]]:
+        """The gaps of stage ``stage`` (start, end), from 0 to its last pass."""
+        gaps, t = [], 0.0
+        for p in sorted(self.of(stage), key=lambda p: p.start_us):
+            if p.start_us > t + 1e-9:
+                gaps.append((t, p.start_us))
+            t = max(t, p.end_us)
+        return gaps
+
+
+def order(pp: int, vpp: int, m: int, stage: int) -> list[tuple[str, int, int]]:
+    """The passes stage ``stage`` runs, in order, as (kind, micro-batch, chunk)."""
+    if vpp == 1:
+        warm = min(pp - stage - 1, m)
+        out = [("F", i, 0) for i in range(warm)]
+        for i in range(m - warm):
+            out += [("F", warm + i, 0), ("B", i, 0)]
+        out += [("B", m - warm + j, 0) for j in range(warm)]
+        return out
+    total = m * vpp
+
+    def micro(k: int) -> int:
+        return (k // (pp * vpp)) * pp + k % pp
+
+    def fwd(k: int) -> tuple[str, int, int]:
+        return ("F", micro(k), (k // pp) % vpp)
+
+    def bwd(k: int) -> tuple[str, int, int]:
+        return ("B", micro(k), vpp - 1 - (k // pp) % vpp)
+
+    warm = total if m == pp else min(total, (pp - stage - 1) * 2 + (vpp - 1) * pp)
+    out = [fwd(k) for k in range(warm)]
+    for k in range(total - warm):
+        out += [fwd(warm + k), bwd(k)]
+    out += [bwd(k) for k in range(total - warm, total)]
+    return out
+
+
+def simulate(forward_us: Sequence[Sequence[float]], backward_us: Sequence[Sequence[float]], m: int,
+             p2p_us: float = 0.0) -> Schedule:
+    """Place every pass of ``m`` micro-batches: ``forward_us[s][c]`` and ``backward_us[s][c]`` are
+    one micro-batch's forward and backward through chunk ``c`` of stage ``s``; ``p2p_us`` the
+    transfer between two stages (activations forward, their gradient backward)."""
+    pp, vpp = len(forward_us), len(forward_us[0])
+    chunks = pp * vpp                       # global chunk g = c * pp + s (Megatron's model chunks)
+    orders = [order(pp, vpp, m, s) for s in range(pp)]
+    done: dict[tuple[str, int, int], float] = {}   # (kind, micro, global chunk) -> end
+    free = [0.0] * pp
+    at = [0] * pp
+    passes: list[Pass] = []
+    remaining = sum(len(o) for o in orders)
+    while remaining:
+        progress = False
+        for s in range(pp):
+            seq = orders[s]
+            while at[s] < len(seq):
+                kind, i, c = seq[at[s]]
+                g = c * pp + s
+                if kind == "F":
+                    dep = ("F", i, g - 1) if g > 0 else None
+                else:
+                    dep = ("B", i, g + 1) if g < chunks - 1 else ("F", i, g)
+                if dep is not None and dep not in done:
+                    break
+                ready = 0.0 if dep is None else done[dep] + (p2p_us if dep[2] % pp != s else 0.0)
+                start = max(free[s], ready)
+                end = start + (forward_us[s][c] if kind == "F" else backward_us[s][c])
+                done[(kind, i, g)] = end
+                free[s] = end
+                passes.append(Pass(s, kind, i, c, start, end))
+                at[s] += 1
+                remaining -= 1
+                progress = True
+        if not progress:   # pragma: no cover - the orders above never deadlock
+            raise RuntimeError("pipeline schedule deadlocked")
+    return Schedule(pp, vpp, m, tuple(passes))
+
+
+def in_flight(pp: int, vpp: int, m: int, stage: int) -> list[int]:
+    """The most micro-batches whose activations chunk ``c`` of stage ``stage`` holds at once
+    (forwards run whose backward has not), for each chunk: what the stage's memory must keep."""
+    live = [0] * vpp
+    peak = [0] * vpp
+    for kind, _, c in order(pp, vpp, m, stage):
+        live[c] += 1 if kind == "F" else -1
+        peak[c] = max(peak[c], live[c])
+    return peak
+
+
+def peak_activations(pp: int, vpp: int, m: int, stage: int, per_chunk: Sequence[float]) -> float:
+    """The stage's largest sum of live activations over its pass order (``per_chunk[c]``: one
+    micro-batch's activations of chunk ``c``)."""
+    live = peak = 0.0
+    for kind, _, c in order(pp, vpp, m, stage):
+        live += per_chunk[c] if kind == "F" else -per_chunk[c]
+        peak = max(peak, live)
+    return peak
+
+
+__all__ = ["Pass", "Schedule", "in_flight", "order", "peak_activations", "simulate"]

@@ -90,6 +90,8 @@ class Extras:
     head_dim: int | None = None
     recompute_method: str = "uniform"   # Megatron's --recompute-method: "uniform" or "block"
     checkpoint: bool = False
+    accumulate: str = "after-first"   # gradients added into an accumulator: "every" micro-batch (Megatron's
+    #                                   main_grad without accumulation fusion), "after-first" (torch's .grad), "none"
 
 
 @dataclass
@@ -190,18 +192,19 @@ class _Composer:
             out.append((PRE, PRE, self.bu.get(PRE, [])))
         return out
 
-    def run_chunk(self, c: Chunk, phase: str, start_us: float = 0.0, keep: bool = False):
-        """Place one micro-batch of chunk ``c``'s ``phase`` on a fresh stream: (its length, the
-        recomputation inside it, the (end, bytes) of each gradient it completes, the placed units
-        when ``keep``)."""
+    def run_chunk(self, c: Chunk, phase: str, stream: Stream, keep: bool = False):
+        """Place one micro-batch of chunk ``c``'s ``phase`` on ``stream`` after what it holds (a
+        micro-batch's backward follows its forward on the same host thread, so a host that fell
+        behind the device stays behind): (its length, the recomputation inside it, the (end, bytes)
+        of each gradient it completes, the placed units when ``keep``)."""
         lay, plan = self.layout, self.plan
-        stream = Stream(plan.stack, start_us)
+        start_us = stream.now_us
         placed: list[_Placed] = []
         pieces: list[tuple[float, float]] = []
         recompute_us = 0.0
         gb = grad_bytes(plan.policy, self.x.fp32_grads)
         zero3 = lay.zero >= 3 and lay.dp * lay.cp > 1
-        comm_free = start_us
+        comm_free = max(start_us, getattr(self, "_comm_free", 0.0)) if phase == "backward" else start_us
         group = group_topology(self.topology, lay.dp * lay.cp, lay.tp) if zero3 else None
         seq = self.sequence(c, "forward" if phase == "forward" else "backward")
         gathered: dict[int, float] = {}
@@ -226,13 +229,20 @@ class _Composer:
                 self.cp_comm_us += extra
             for u in units:
                 if att and u in att:
-                    if u is att[0]:
-                        p = stream.run(ring)
-                        if keep:
-                            placed.append(_Placed(replace(u, name=f"ring attention x{lay.cp}:{u.name}"), p.start_us,
-                                                  p.end_us))
+                    if u is att[0]:   # one fused attention kernel per ring step, as MindSpeed's ring attention calls it
+                        for i in range(lay.cp):
+                            p = stream.run(ring / lay.cp)
+                            if keep:
+                                placed.append(_Placed(replace(u, name=f"ring attention step {i + 1}/{lay.cp}:{u.name}"),
+                                                      p.start_us, p.end_us))
                     continue
                 t0 = stream.now_us
+                if u.sync:   # the host waits for every queued kernel, then copies the value back
+                    stream.host = max(stream.host, stream.free) + plan.stack.dispatch_us + u.time_us
+                    p = stream.run(0.0, count=0)
+                    if keep:
+                        placed.append(_Placed(u, p.start_us, p.end_us))
+                    continue
                 p = stream.run(u.time_us, 1, u.collective)
                 if u.phase == "recompute":
                     recompute_us += stream.now_us - t0
@@ -241,14 +251,35 @@ class _Composer:
                 if u.grads and u.phase != "recompute":
                     nb = sum(self._grad_numel(g) for g in u.grads) * gb
                     pieces.append((p.end_us, nb))
+            if phase == "backward" and self.x.accumulate != "none" and self.params_trained.get(s, 0):
+                # the layer's new gradients added into the accumulated ones (see `accumulate_spec`)
+                spec = self.accumulate_spec(self.params_trained[s])
+                kc = cost(spec, self.chip)
+                share = 1.0 if self.x.accumulate == "every" else (lay.micro_batches - 1) / lay.micro_batches
+                if share > 0:
+                    p = stream.run(kc.time_us * share)
+                    if keep:
+                        placed.append(_Placed(Unit(f"{spec.op}:segment {s}", "backward", spec, kc.scaled(share), s),
+                                              p.start_us, p.end_us))
             if zero3 and phase == "backward":   # this layer's gradients reduce-scattered after its backward
                 nb = self.params_trained.get(s, 0) * gb
                 t = plan.collective_us("reducescatter", nb, lay.dp * lay.cp, group)
                 comm_free = max(comm_free, stream.now_us) + t
         end = max(stream.now_us, comm_free if zero3 and phase == "backward" else stream.now_us)
-        self.host_idle_us = getattr(self, "host_idle_us", 0.0) + stream.timeline().idle_us if keep else \
-            getattr(self, "host_idle_us", 0.0)
+        self._comm_free = comm_free
+        if keep and phase == "backward":
+            self.host_idle_us = stream.timeline().idle_us
         return end - start_us, recompute_us, pieces, placed
+
+    def accumulate_spec(self, numel: int) -> VectorKernel:
+        """The Vector kernel that adds a layer's new gradients (in the weights' dtype, as the weight-gradient
+        GEMM writes them) into the accumulated ones: Megatron's ``param.main_grad.add_(param.grad)`` in
+        its gradient hook, every micro-batch, when the accumulation is not fused into the GEMM
+        (``--no-gradient-accumulation-fusion``, as every MindSpeed / ModelLink example script passes);
+        torch autograd's AccumulateGrad (``param.grad += new``) on each micro-batch after the first."""
+        dtype = "fp32" if self.x.fp32_grads else self.plan.policy.param_dtype
+        return VectorKernel(op="AccumulateGrad", ops=("add",), numel=max(1, int(numel)), dtype=dtype,
+                            compute_dtype="fp32", inputs=2)
 
     def _grad_numel(self, param: str) -> int:
         plan = self.plan
@@ -269,13 +300,15 @@ class _Composer:
         for c in cs:
             keep = c.stage == 0 and c.virtual == 0
             before = self.cp_comm_us
-            f, _, _, pf = self.run_chunk(c, "forward", keep=keep)
+            stream = Stream(plan.stack)
+            self._comm_free = 0.0
+            f, _, _, pf = self.run_chunk(c, "forward", stream, keep=keep)
             cp_f += self.cp_comm_us - before if c.stage == 0 else 0.0
             before = self.cp_comm_us
-            b, r, pc, pb = self.run_chunk(c, "backward", start_us=f if keep else 0.0, keep=keep)
+            b, r, pc, pb = self.run_chunk(c, "backward", stream, keep=keep)
             cp_b += self.cp_comm_us - before if c.stage == 0 else 0.0
             fwd[c.stage][c.virtual], bwd[c.stage][c.virtual], rec[c.stage][c.virtual] = f, b, r
-            pieces[(c.stage, c.virtual)] = [(t - (f if keep else 0.0), nb) for t, nb in pc]
+            pieces[(c.stage, c.virtual)] = [(t - f, nb) for t, nb in pc]
             if keep:
                 for p in pf + pb:
                     u = p.unit
@@ -423,23 +456,34 @@ class _Composer:
 
     # ---- memory ----
     def chunk_activations(self, c: Chunk) -> tuple[float, float]:
-        """One micro-batch's activations that chunk ``c`` keeps until its backward, and the most a
-        recomputed layer brings back at once during it."""
-        kept = back = 0.0
+        """One micro-batch's activations that chunk ``c`` keeps until its backward, and how much more
+        than that its backward holds at once when it recomputes: the backward runs the layers from
+        the last, freeing each as it goes, so recomputing layer ``i`` holds the layers below it as
+        kept plus layer ``i`` whole."""
         lay = self.layout
         segs = ([(None, PRE)] if c.pre else []) + [(i, self.cap(i)) for i in range(c.first, c.last)] + \
             ([(None, self.post)] if c.post and self.n_captured else [])
+        kept_each: list[float] = []
+        whole: list[float | None] = []   # a recomputed layer's activations during its backward
         for layer, s in segs:
             full = self.saved.get(s, 0)
             if layer is not None and self.recomputed(c, layer):
-                kept += self.inputs.get(s, 0)
-                back = max(back, full)
-            elif lay.recompute == "selective" and layer is not None:
-                kept += full - self.scores_saved.get(s, 0)
-                back = max(back, self.scores_saved.get(s, 0))
+                kept_each.append(self.inputs.get(s, 0))
+                whole.append(full)
+            elif lay.recompute == "selective" and layer is not None and self.scores_saved.get(s, 0):
+                kept_each.append(full - self.scores_saved[s])
+                whole.append(full)
             else:
-                kept += full
-        return kept, back
+                kept_each.append(full)
+                whole.append(None)
+        kept = sum(kept_each)
+        below = 0.0
+        peak = kept
+        for k, w in enumerate(kept_each):
+            if whole[k] is not None:
+                peak = max(peak, below + whole[k])
+            below += w
+        return kept, peak - kept
 
     def memory(self, cs: list[Chunk], s: int, m: int) -> dict[str, int]:
         """HBM of one rank of stage ``s`` (see the module docstring)."""

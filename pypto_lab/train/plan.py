@@ -35,7 +35,7 @@ import torch
 
 from ..hw.chip import Chip
 from ..kernels.cost import KernelCost, cost
-from ..kernels.ir import AttentionKernel, CollectiveKernel, CubeKernel, KernelSpec, VectorKernel
+from ..kernels.ir import AttentionKernel, CollectiveKernel, CubeKernel, HostKernel, KernelSpec, VectorKernel
 from ..kernels.tile_search import candidate_tilings, search_tiling
 from ..lowering.fusion import VECTOR_CHAINS, fuse_vector_chains
 from ..lowering.table import lower_fx_node
@@ -63,6 +63,7 @@ class Unit:
     collective: bool = False
     grads: tuple[str, ...] = ()
     attention: bool = False
+    sync: bool = False          # a host sync: the host waits for the device, then reads a value back
 
     @property
     def time_us(self) -> float:
@@ -343,6 +344,11 @@ class StepPlan:
                 bwd += [Unit(f"{s.op}:{layer.name}", "backward", s, tuned(s, self.chip), PRE) for s in b]
             if self.tp > 1 and self.block_order:
                 fwd, bwd = self._with_tp_collectives(fwd, "forward"), self._with_tp_collectives(bwd, "backward")
+            if self.step.host_syncs:   # values the forward reads back (`capture.scalar_reads`), at its start
+                spec = HostKernel(op="aten._local_scalar_dense", bytes_in=8, bytes_out=0)
+                kc = cost(spec, self.chip)
+                fwd = [Unit("host sync: a value read back", "forward", spec, kc, PRE, sync=True)
+                       for _ in range(self.step.host_syncs)] + fwd
             self._units = (fwd, bwd, unmapped, (fused_count[0], fused_count[1]))
         return self._units
 

@@ -71,8 +71,8 @@ def _signature(example_batch) -> tuple:
     return tuple((k, tuple(v.shape), str(v.dtype)) if isinstance(v, torch.Tensor) else (k, repr(v)) for k, v in items)
 
 
-def _captured(model: nn.Module, example_batch, loss_fn, causal: bool) -> StepGraph:
-    key = (id(model), _signature(example_batch), id(loss_fn))
+def _captured(model: nn.Module, example_batch, loss_fn, causal: bool, extra: Any = None) -> StepGraph:
+    key = (id(model), _signature(example_batch), id(loss_fn), extra)
     hit = _CAPTURES.get(key)
     if hit is not None and hit[0]() is model:
         return hit[1]
@@ -204,7 +204,7 @@ def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", 
                   recompute: str | None = None, recompute_layers: int | None = None,
                   recompute_method: str = "uniform", overlap_grad_reduce: bool = True,
                   overlap_param_gather: bool = False, fp32_grads: bool | None = None,
-                  lora: Any = None) -> TrainReport:
+                  grad_accumulation_fusion: bool | None = None, lora: Any = None) -> TrainReport:
     """Cost one training step of ``model`` on ``example_batch`` (one card's micro-batch).
 
     ``model``: an ``nn.Module``, a ``DistributedDataParallel`` wrapper (its bucket size is used) or a
@@ -230,7 +230,11 @@ def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", 
     last backward (DDP, DeepSpeed's ``overlap_comm``, Megatron's ``--overlap-grad-reduce``) or after
     it; ``overlap_param_gather`` the sharded optimizer's weight all-gather under the next forward;
     ``fp32_grads`` accumulate and reduce gradients in fp32 (default: Megatron's rule under the
-    MindSpeed stack in bf16).
+    MindSpeed stack in bf16); ``grad_accumulation_fusion`` the weight-gradient GEMMs accumulate into
+    the gradient buffer themselves (default: not under the MindSpeed stack, whose example scripts
+    pass ``--no-gradient-accumulation-fusion``, so Megatron adds each micro-batch's gradients into its
+    fp32 ``main_grad`` with a kernel of its own; elsewhere torch's AccumulateGrad adds them from the
+    second micro-batch on).
 
     ``bucket_mb``: gradient bucket size (default: the DDP wrapper's, else DDP's 25 MB). ``loader``:
     a `pypto_lab.data.NPUDataLoader` whose measured feed time is set against the step.
@@ -325,12 +329,18 @@ def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", 
         full_tokens = int(example_batch["input_ids"].shape[1])
         example_batch = _cp_batch(example_batch, cp)
     if lora is not None:
-        from .lora import with_lora
+        from .lora import LoRAError, lora_applied, lora_of
 
-        module = with_lora(module, lora)
-    step = _captured(module, example_batch, loss_fn, lm)
-    if lora is not None:
-        step.notes.append(f"LoRA: {module.lora_summary}")
+        try:
+            spec = lora_of(lora)
+            with lora_applied(module, spec) as summary:
+                step = _captured(module, example_batch, loss_fn, lm, extra=spec)
+        except LoRAError as e:
+            raise TrainConfigError(str(e)) from None
+        if not any(n.startswith("LoRA") for n in step.notes):
+            step.notes.append(f"LoRA: {summary}")
+    else:
+        step = _captured(module, example_batch, loss_fn, lm)
     layers_captured = None
     plan_args = dict(step=step, name=name, chip=chip, hidden=hidden, topology=topology, policy=policy,
                      flash=bool(stack.applies("attention_core") if flash_attention is None else flash_attention),
@@ -356,7 +366,8 @@ def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", 
                     head_dim=getattr(config, "head_dim", None) or (
                         hidden // config.num_attention_heads if hidden and getattr(config, "num_attention_heads",
                                                                                    None) else None),
-                    recompute_method=recompute_method, checkpoint=layout.recompute == "full")
+                    recompute_method=recompute_method, checkpoint=layout.recompute == "full",
+                    accumulate="none" if grad_accumulation_fusion else ("every" if megatron else "after-first"))
     memory, peak, _ = memory_of(plan, layout, extras)
     if peak > chip.hbm_bytes:
         _raise_capacity(name, step, chip, layout, memory, peak, plan, extras, plan_for, megatron, n_layers, topology)

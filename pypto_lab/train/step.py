@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -341,67 +342,122 @@ def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", 
             step.notes.append(f"LoRA: {summary}")
     else:
         step = _captured(module, example_batch, loss_fn, lm)
-    layers_captured = None
-    plan_args = dict(step=step, name=name, chip=chip, hidden=hidden, topology=topology, policy=policy,
-                     flash=bool(stack.applies("attention_core") if flash_attention is None else flash_attention),
-                     causal=lm, fuse_vector=bool(stack.applies("elementwise") if fuse_vector is None else fuse_vector),
-                     mc2=bool(mc2), stack=stack, vocab=getattr(config, "vocab_size", None))
-
-    def plan_for(lay: Layout) -> StepPlan:
-        return StepPlan(tp=lay.tp, sequence_parallel=lay.sequence_parallel, **{
-            **plan_args, "vocab": plan_args["vocab"] if lay.tp > 1 else None})
-
-    plan = plan_for(layout)
-    layers_captured = len(plan.block_order)
-    n_layers = model_layers if model_layers is not None else layers_captured
+    megatron = stack.name == "mindspeed"
+    head_dim = getattr(config, "head_dim", None) or (
+        hidden // config.num_attention_heads if hidden and getattr(config, "num_attention_heads", None) else None)
+    prep = Prepared(
+        name=name, step=step, chip=chip, topology=topology, stack=stack, hidden=hidden, policy=policy,
+        precision=precision, optimizer=optimizer, bucket_mb=float(bucket), megatron=megatron,
+        flash=bool(stack.applies("attention_core") if flash_attention is None else flash_attention), causal=lm,
+        fuse_vector=bool(stack.applies("elementwise") if fuse_vector is None else fuse_vector), mc2=bool(mc2),
+        vocab=getattr(config, "vocab_size", None), model_layers=model_layers,
+        fp32_grads=(megatron and precision == "bf16") if fp32_grads is None else bool(fp32_grads),
+        kv_heads=getattr(config, "num_key_value_heads", None) or getattr(config, "num_attention_heads", None),
+        head_dim=head_dim, recompute_method=recompute_method,
+        accumulate="none" if grad_accumulation_fusion else ("every" if megatron else "after-first"),
+        tokens_per_sample=full_tokens if full_tokens is not None else step.tokens)
+    prep.plan_for(layout)
+    n_layers = prep.layers
     if pp > 1:
         _check("pp", pp, n_layers >= pp * layout.vpp, f"pipeline stages split the model's repeated blocks "
                f"({n_layers} found) into pp x vpp = {pp * layout.vpp} chunks",
                f"pp<={max(1, n_layers // layout.vpp)}" if n_layers else "pp=1 for a model without repeated blocks")
-    megatron = stack.name == "mindspeed"
-    extras = Extras(model_layers=n_layers, optimizer=optimizer, bucket_mb=float(bucket),
-                    fp32_grads=(megatron and precision == "bf16") if fp32_grads is None else bool(fp32_grads),
-                    kv_heads=getattr(config, "num_key_value_heads", None) or getattr(config, "num_attention_heads",
-                                                                                     None),
-                    head_dim=getattr(config, "head_dim", None) or (
-                        hidden // config.num_attention_heads if hidden and getattr(config, "num_attention_heads",
-                                                                                   None) else None),
-                    recompute_method=recompute_method, checkpoint=layout.recompute == "full",
-                    accumulate="none" if grad_accumulation_fusion else ("every" if megatron else "after-first"))
-    memory, peak, _ = memory_of(plan, layout, extras)
+    memory, peak = prep.memory(layout)
     if peak > chip.hbm_bytes:
-        _raise_capacity(name, step, chip, layout, memory, peak, plan, extras, plan_for, megatron, n_layers, topology)
-    base = dict(model=name, chip=chip.name, cards=cards, batch=step.batch, precision=precision, amp=policy.amp,
-                optimizer=optimizer, bucket_mb=float(bucket), checkpoint=layout.recompute == "full",
-                tokens_per_sample=full_tokens if full_tokens is not None else step.tokens,
-                topology=topology.name if topology is not None else "", fuse_vector=plan.fuse_vector, mc2=plan.mc2,
-                stack=stack.name)
-    report = compose(plan, layout, extras, base)
+        _raise_capacity(prep, layout, memory, peak)
+    report = prep.report(layout)
     if loader is not None:
         report = _with_loader(report, loader)
     return report
 
 
-def _raise_capacity(name, step, chip, layout, memory, peak, plan, extras, plan_for, megatron, layers, topology):
+@dataclass
+class Prepared:
+    """A captured step and everything about its run but the layout: `memory` and `report` compose
+    it under any layout of the same cards (the plans, one per tensor-parallel split, are kept)."""
+
+    name: str
+    step: StepGraph
+    chip: Chip
+    topology: Any
+    stack: Stack
+    hidden: int | None
+    policy: Any
+    precision: str
+    optimizer: str
+    bucket_mb: float
+    megatron: bool
+    flash: bool
+    causal: bool
+    fuse_vector: bool
+    mc2: bool
+    vocab: int | None
+    model_layers: int | None
+    fp32_grads: bool
+    kv_heads: int | None
+    head_dim: int | None
+    recompute_method: str
+    accumulate: str
+    tokens_per_sample: int | None
+    plans: dict = field(default_factory=dict, repr=False)
+
+    def plan_for(self, lay: Layout) -> StepPlan:
+        key = (lay.tp, lay.sequence_parallel, self.mc2 and lay.tp > 1)
+        if key not in self.plans:
+            self.plans[key] = StepPlan(
+                step=self.step, name=self.name, chip=self.chip, tp=lay.tp, hidden=self.hidden,
+                topology=self.topology, policy=self.policy, flash=self.flash, causal=self.causal,
+                sequence_parallel=lay.sequence_parallel, vocab=self.vocab if lay.tp > 1 else None,
+                fuse_vector=self.fuse_vector, mc2=self.mc2 and lay.tp > 1, stack=self.stack)
+        return self.plans[key]
+
+    @property
+    def layers(self) -> int:
+        n = self.model_layers
+        if n is not None:
+            return n
+        plan = next(iter(self.plans.values()), None) or self.plan_for(Layout())   # the same blocks under any tp
+        return len(plan.block_order)
+
+    def extras(self, lay: Layout) -> Extras:
+        return Extras(model_layers=self.layers, optimizer=self.optimizer, bucket_mb=self.bucket_mb,
+                      fp32_grads=self.fp32_grads, kv_heads=self.kv_heads, head_dim=self.head_dim,
+                      recompute_method=self.recompute_method, checkpoint=lay.recompute == "full",
+                      accumulate=self.accumulate)
+
+    def memory(self, lay: Layout) -> tuple[dict[str, int], int]:
+        """The fullest stage's memory parts and total, without costing a kernel."""
+        memory, peak, _ = memory_of(self.plan_for(lay), lay, self.extras(lay))
+        return memory, peak
+
+    def report(self, lay: Layout) -> TrainReport:
+        plan = self.plan_for(lay)
+        base = dict(model=self.name, chip=self.chip.name, cards=lay.cards, batch=self.step.batch,
+                    precision=self.precision, amp=self.policy.amp, optimizer=self.optimizer, bucket_mb=self.bucket_mb,
+                    checkpoint=lay.recompute == "full", tokens_per_sample=self.tokens_per_sample,
+                    topology=self.topology.name if self.topology is not None else "",
+                    fuse_vector=plan.fuse_vector, mc2=plan.mc2, stack=self.stack.name)
+        return compose(plan, lay, self.extras(lay), base)
+
+
+def _raise_capacity(prep: Prepared, layout: Layout, memory: dict[str, int], peak: int):
     gb = 2 ** 30
+    step, chip, topology = prep.step, prep.chip, prep.topology
     static = peak - memory["activations"] - memory["workspace"]
     per_sample = (memory["activations"] + memory["workspace"]) / max(1, step.batch)
     largest = int((chip.hbm_bytes - static) // per_sample) if per_sample > 0 else 0
-    plans: dict[int, StepPlan] = {layout.tp: plan}
 
     def need(lay: Layout) -> int:
-        if lay.tp not in plans:
-            if plan.hidden is None:
-                raise ValueError("no hidden size to split")
-            plans[lay.tp] = plan_for(lay)
-        return memory_of(plans[lay.tp], lay, extras)[1]
+        if lay.tp != layout.tp and prep.hidden is None:
+            raise ValueError("no hidden size to split")
+        return prep.memory(lay)[1]
 
-    fits = fitting_changes(layout, need, chip.hbm_bytes, megatron=megatron, layers=layers,
+    fits = fitting_changes(layout, need, chip.hbm_bytes, megatron=prep.megatron, layers=prep.layers,
                            max_tp=topology.cards_per_server if topology is not None else 1)
     where = f" per card ({layout.describe()})" if layout.cards > 1 else " per card"
     advice = "; ".join(f"{label} fits with {b / gb:.1f} GiB per card" for label, b in fits)
     raise HBMCapacityError(
-        f"{name} training step at batch {step.batch}{where} needs {peak / gb:.1f} GiB of HBM on {chip.name} "
+        f"{prep.name} training step at batch {step.batch}{where} needs {peak / gb:.1f} GiB of HBM on {chip.name} "
         f"({chip.hbm_bytes / gb:.0f} GiB): " + ", ".join(f"{k} {v / gb:.1f}" for k, v in memory.items())
         + ". Rule: one card's step must fit its HBM. Fix: "
         + (advice + "; or " if advice else "")

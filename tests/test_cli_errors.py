@@ -159,7 +159,7 @@ def test_llm_serve_and_validate_check_their_output_before_any_work(capsys, tmp_p
 
     def never(*args, **kwargs):
         raise AssertionError("the work started before the output path was checked")
-    for name in ("validate", "serve", "simulate_generation"):
+    for name in ("validate_sets", "serve", "simulate_generation"):
         monkeypatch.setattr(cli_llm, name, never)
     monkeypatch.setattr("pypto_lab.files.atomic.os.access", lambda path, mode: False)   # a folder this user cannot write
     line = _error(capsys, [*argv, "--json", str(tmp_path / "r.json")])

@@ -24,7 +24,8 @@ def _matmul(chip, m, k, n, batch=1):
 
 @pytest.mark.parametrize("name, billions", [("llama-2-7b", 6.74), ("llama-3-8b", 8.03), ("llama-2-70b", 68.98),
                                             ("qwen3-30b-a3b", 30.53), ("mixtral-8x7b", 46.70), ("gpt2", 0.124),
-                                            ("deepseek-v3", 671.0)])
+                                            ("deepseek-v3", 671.0), ("qwen2.5-7b", 7.61), ("qwen3-32b", 32.8),
+                                            ("qwen3-235b-a22b", 235.0)])
 def test_known_models_have_their_published_parameter_counts(name, billions):
     assert spec_of(name).weight_params() / 1e9 == pytest.approx(billions, rel=0.01)
 

@@ -237,8 +237,8 @@ def test_experimental_namespace():
     a, b = torch.randn(4, 2, 32, dtype=torch.float16), torch.randn(2, 32, 16, dtype=torch.float16)
     ref = torch.bmm(a.transpose(0, 1).float(), b.float()).transpose(0, 1)
     torch.testing.assert_close(tbmm(a, b), ref, rtol=1e-3, atol=1e-3)
-    with pytest.raises(pypto.NotModelledError, match="online_softmax: pypto_lab does not model"):
-        pypto.experimental.online_softmax(None, 1.0)
+    with pytest.raises(pypto.NotModelledError, match="shmem_load: pypto_lab does not model"):
+        pypto.experimental.shmem_load(None)
     assert isinstance(pypto.NotModelledError("x"), NotImplementedError)
 
 

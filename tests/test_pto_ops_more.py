@@ -264,6 +264,28 @@ def test_documented_op_list_and_coverage():
     assert len(have) >= 124
 
 
+def test_every_section_of_the_api_docs_is_checked_by_behaviour():
+    """python -m pypto_lab.pto.doc_ops: every page of docs/zh/api (operation, tensor, config, datatype,
+    symbolic, control flow, element, others) has a behaviour check; all pass but the two MX-format
+    ops pypto_lab does not model."""
+    from pypto_lab.pto import doc_checks, doc_ops
+
+    assert sum(len(p) for p in doc_ops.SECTIONS.values()) == 265
+    for sec, pages in doc_ops.SECTIONS.items():
+        assert all((sec, p) in doc_checks.CHECKS for p in pages), sec
+    res = doc_ops.behaviour()
+    failing = {p for _, (_ok, bad) in res.items() for p in bad}
+    assert failing == {"quant_mx", "scaled_mm"}, {p: why for _, (_, bad) in res.items() for p, why in bad.items()}
+
+
+def test_a_behaviour_check_fails_when_the_behaviour_is_wrong(monkeypatch):
+    from pypto_lab.pto import doc_checks
+
+    monkeypatch.setattr(pypto, "exp", pypto.exp2)   # a wrong exp must not count as documented exp
+    res = doc_checks.run_all({"operation"})
+    assert res[("operation", "exp")] is not None and "exp" in res[("operation", "exp")]
+
+
 def test_conv2d_and_conv1d_match_torch_and_run_on_the_cube():
     import torch.nn.functional as F
 

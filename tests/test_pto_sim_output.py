@@ -62,3 +62,21 @@ def test_the_file_always_holds_the_last_run_even_when_a_cached_call_skips_the_wr
     mtime = os.stat(path).st_mtime_ns
     k(*small)                                  # the same run again: the file is already its trace
     assert os.stat(path).st_mtime_ns == mtime
+
+
+def test_a_long_run_writes_the_start_of_its_swimlane_and_says_where_it_stops(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILE_FWK_OUTPUT_DIR", str(tmp_path))
+    monkeypatch.setattr(sim_output, "MAX_EVENTS", 50)
+    k = _kernel()
+    k(torch.randn(1024, 256), torch.randn(1024, 256), torch.empty(1024, 256))
+    full = k.last_run.chrome_trace()
+    written = json.loads(open(k.last_run.swimlane_path).read())
+    cut = written["otherData"]["truncated"]
+    n_full = sum(e["ph"] == "X" for e in full["traceEvents"])
+    kept = [e for e in written["traceEvents"] if e["ph"] == "X"]
+    assert cut["instructions"] == len(k.last_run.timeline) and 0 < cut["kept"] <= 50 < n_full
+    assert all(e["args"]["start_cycle"] < cut["complete_up_to_cycle"] for e in kept)
+    # complete up to that cycle: every instruction that starts before it is there
+    assert len(kept) == sum(e["ph"] == "X" and e["args"]["start_cycle"] < cut["complete_up_to_cycle"]
+                            for e in full["traceEvents"])
+    assert "truncated" not in full["otherData"]

@@ -11,7 +11,6 @@ from pypto_lab.pto import loops
 from pypto_lab.pto.errors import (
     LoopError,
     PtoError,
-    ScalarReadError,
     SymbolicIndexError,
     UnwrittenOutputWarning,
 )
@@ -200,14 +199,43 @@ def test_a_loop_bound_read_from_a_tensor_is_known_at_run_time():
     assert k.cache_info()["traces"] == 1 and runs[250] > 2 * runs[50]
 
 
-def test_an_index_read_from_data_cannot_drive_a_python_if():
+def test_an_index_read_from_data_drives_a_python_if_as_a_kernel_guard():
+    """As the real frontend compiles both branches and picks one at run time, a Python ``if`` on
+    argument data takes the branch this call's data take and records it as a kernel guard: a call
+    whose data go the other way is traced again, and each call computes what its data say."""
     @pypto.jit(runtime_options=SIM)
     def k(x: pypto.Tensor, t: pypto.Tensor([1], pypto.DT_INT32), out: pypto.Tensor):
         pypto.set_vec_tile_shapes(1, 64)
         if t[0] > 0:
             out[:] = x + 1.0
-    with pytest.raises(ScalarReadError, match=r"t\[0\].*pypto.where"):
-        k(torch.zeros(4, 64), torch.ones(1, dtype=torch.int32), torch.zeros(4, 64))
+        else:
+            out[:] = x - 1.0
+    x = torch.rand(4, 64)
+    for flag, want in ((1, x + 1), (0, x - 1), (5, x + 1)):
+        out = torch.zeros(4, 64)
+        k(x, torch.tensor([flag], dtype=torch.int32), out)
+        assert torch.equal(out, want), flag
+    assert k.cache_info()["traces"] == 2
+
+
+def test_an_accumulator_written_in_a_symbolic_loop_carries_its_value():
+    """``acc = pypto.full(...)`` before a traced-once loop and ``acc[:] = acc + part`` in its body
+    (the QAT backward kernels): each iteration reads the previous one's write, the code after the
+    loop reads the last; the loop is not batched (its iterations depend on each other)."""
+    @pypto.jit(runtime_options=SIM)
+    def k(x: pypto.Tensor([pypto.DYNAMIC, 64], pypto.DT_FP32), out: pypto.Tensor([1, 1], pypto.DT_FP32)):
+        pypto.set_vec_tile_shapes(8, 64)
+        acc = pypto.full([1, 1], 1.0, pypto.DT_FP32)
+        for i in pypto.loop(0, x.shape[0], 8, name="L", idx_name="i"):
+            rows = pypto.view(x, [8, 64], [i, 0])
+            part = pypto.sum(pypto.sum(rows, dim=1, keepdim=True), dim=0, keepdim=True)
+            acc[:] = pypto.add(acc, part)
+        pypto.assemble(pypto.mul(acc, 2.0), [0, 0], out)
+    x = torch.rand(800, 64)
+    out = torch.zeros(1, 1)
+    k(x, out)
+    assert out.item() == pytest.approx(2 * (1 + x.double().sum().item()), rel=1e-5)
+    assert k.last_run.loops[0]["iterations"] == 100
 
 
 def test_a_value_carried_out_of_a_symbolic_loop_is_refused():

@@ -409,13 +409,18 @@ How to read the disagreements:
 
 * **End to end (2.6×).** The simulator's level 0 is every ATen op its own kernel with a naive
   128×128, K-by-64 tiling; level 3 is what a good graph compiler produces. The gap is mostly
-  fusion, so it is larger where more time is element-wise traffic. **No kernel launch cost is
-  modelled** by default (there is no public figure for it): the level-0 graph launches about three
-  times as many kernels as level 3, so a real launch overhead of a few µs per kernel would widen
-  the gap, most of all at batch 1 where each kernel is short. Try
-  `pypto_lab.set_optimization_options({"kernel_launch_us": 5})` and rerun this cell. The absolute
-  times are far below the article's 8.3 ms: the simulator charges only the chip's work, not the
-  framework, the host or the PCIe copy of the input.
+  fusion, so it is larger where more time is element-wise traffic. **Launching kernels is the
+  software stack's cost** (`pypto_lab.stack`): `optimize` runs on `atc-om` by default, ATC's
+  offline model as `ais_bench` runs it, whose kernels are all on the device already, so each costs
+  only the device-side launch (about 1.7 µs: the task scheduler, the cores' start-up, the
+  completion report; `hicann/cann-samples`' npu_execution README). The level-0 graph launches
+  about three times as many kernels as level 3, so an eager stack, where the host dispatches every
+  kernel, widens the gap, most of all at batch 1 where each kernel is short: try
+  `pypto_lab.optimize(model, inputs, stack="torch_npu-eager")` (16.8 µs of host time per kernel),
+  or `pypto-lab stacks` for the others. (Earlier versions had `kernel_launch_us` in
+  `set_optimization_options`; it moved to the stack, and the option now says so.) The absolute
+  times are far below the article's 8.3 ms: the simulator charges the chip's work and the stack's
+  launches, not the framework's Python, the host's pre-processing or the PCIe copy of the input.
 * **Efficiency (1.2 → 3.1 TOPS/W).** The energy model (`pypto_lab.hw.energy`, constants and
   sources in `docs/energy.md`) charges pJ per MAC, pJ per byte at each memory level and the card's
   static power. The same work in less time wastes less static energy and moves fewer bytes through

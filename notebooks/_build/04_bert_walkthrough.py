@@ -411,10 +411,11 @@ for chip in CHIPS:
 
 md("""
 The article gives no conditions (chip, batch, sequence, baseline) for its "5×", so the simulator
-brackets it rather than confirms it: above it on the 910B1, below it on the 910A. No kernel launch
-cost is modelled, and level 0 launches several times as many kernels as level 3 (printed above),
-so real launch overheads would widen the end-to-end gap
-(`set_optimization_options({"kernel_launch_us": ...})` adds one).
+brackets it rather than confirms it: above it on the 910B1, below it on the 910A. Level 0 launches
+several times as many kernels as level 3 (printed above), and each launch costs what the software
+stack charges (`pypto_lab.stack`; `optimize` runs on ATC's offline model, `atc-om`, by default:
+about 1.7 µs per kernel on the device). On an eager stack the host dispatches every kernel
+(`optimize(..., stack="torch_npu-eager")`: 16.8 µs each), which widens the end-to-end gap further.
 """)
 
 

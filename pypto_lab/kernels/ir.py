@@ -51,6 +51,12 @@ class KernelSpec:
         """(the dtype its tensors are held in GM, the dtype it computes in); None where not known."""
         return None, None
 
+    @property
+    def value_tiling(self) -> bool:
+        """Whether its tiling reads run-time values (not only shapes), so a graph must tile it at
+        each run (on the host, or on the AICPU with tiling sink: `Stack.aicpu_tiling_us`)."""
+        return False
+
 
 def _positive(kind: str, **dims: int) -> None:
     for label, v in dims.items():
@@ -197,6 +203,7 @@ class IncreAttentionKernel(KernelSpec):
     d: int
     dtype: str
     kv_dtype: str = "fp16"
+    actual_lengths: bool = True      # the call passes actual_seq_lengths (the kernel reads only each cache's used part)
 
     def __post_init__(self):
         _positive("IncreFlashAttention", seqs=self.seqs, kv_heads=self.kv_heads, group=self.group,
@@ -215,6 +222,10 @@ class IncreAttentionKernel(KernelSpec):
     @property
     def op(self) -> str:
         return "IncreFlashAttention"
+
+    @property
+    def value_tiling(self) -> bool:
+        return self.actual_lengths
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,12 @@ KNOWN_MODELS: dict[str, dict[str, Any]] = {
         "max_position_embeddings": 131072, "hidden_act": "silu", "rms_norm_eps": 1e-6,
         "tie_word_embeddings": False,
     },
+    "qwen2.5-7b": {
+        "_source": _hf("Qwen/Qwen2.5-7B-Instruct"), "model_type": "qwen2", "vocab_size": 152064,
+        "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
+        "num_key_value_heads": 4, "max_position_embeddings": 32768, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+    },
     "qwen2-0.5b": {
         "_source": _hf("Qwen/Qwen2-0.5B"), "model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896,
         "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
@@ -78,6 +84,20 @@ KNOWN_MODELS: dict[str, dict[str, Any]] = {
         "_source": _hf("Qwen/Qwen3-8B"), "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 4096,
         "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
         "head_dim": 128, "max_position_embeddings": 40960, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+    },
+    "qwen3-32b": {
+        "_source": _hf("Qwen/Qwen3-32B"), "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 5120,
+        "intermediate_size": 25600, "num_hidden_layers": 64, "num_attention_heads": 64, "num_key_value_heads": 8,
+        "head_dim": 128, "max_position_embeddings": 40960, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+    },
+    "qwen3-235b-a22b": {
+        "_source": _hf("Qwen/Qwen3-235B-A22B"), "model_type": "qwen3_moe", "vocab_size": 151936,
+        "hidden_size": 4096, "intermediate_size": 12288, "moe_intermediate_size": 1536, "num_hidden_layers": 94,
+        "num_attention_heads": 64, "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128,
+        "num_experts_per_tok": 8, "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": [],
+        "max_position_embeddings": 40960, "hidden_act": "silu", "rms_norm_eps": 1e-6,
         "tie_word_embeddings": False,
     },
     "qwen3-30b-a3b": {
@@ -101,6 +121,40 @@ KNOWN_MODELS: dict[str, dict[str, Any]] = {
         "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128, "n_routed_experts": 256,
         "num_experts_per_tok": 8, "n_shared_experts": 1, "n_group": 8, "topk_group": 4, "first_k_dense_replace": 3,
         "scoring_func": "sigmoid", "norm_topk_prob": True, "max_position_embeddings": 163840, "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+    },
+    "deepseek-v3.2": {
+        # DeepSeek-V3's architecture plus the lightning indexer of DeepSeek Sparse Attention (each query
+        # attends to the index_topk tokens the indexer picks); the fields beyond V3's are kept in
+        # LLMSpec.extra (the engine costs MLA as for V3 until pto kernels plug into its step)
+        "_source": _hf("deepseek-ai/DeepSeek-V3.2-Exp"), "model_type": "deepseek_v32", "vocab_size": 129280,
+        "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61,
+        "num_attention_heads": 128, "num_key_value_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128, "n_routed_experts": 256,
+        "num_experts_per_tok": 8, "n_shared_experts": 1, "n_group": 8, "topk_group": 4, "first_k_dense_replace": 3,
+        "scoring_func": "sigmoid", "norm_topk_prob": True, "max_position_embeddings": 163840, "rms_norm_eps": 1e-6,
+        "index_topk": 2048, "index_n_heads": 64, "index_head_dim": 128, "tie_word_embeddings": False,
+    },
+    "glm-4.5": {
+        "_source": _hf("zai-org/GLM-4.5"), "model_type": "glm4_moe", "vocab_size": 151552, "hidden_size": 5120,
+        "intermediate_size": 12288, "moe_intermediate_size": 1536, "num_hidden_layers": 92,
+        "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128, "n_routed_experts": 160,
+        "num_experts_per_tok": 8, "n_shared_experts": 1, "n_group": 1, "topk_group": 1, "first_k_dense_replace": 3,
+        "norm_topk_prob": True, "routed_scaling_factor": 2.5, "partial_rotary_factor": 0.5, "use_qk_norm": True,
+        "attention_bias": True, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "rope_theta": 1000000,
+        "tie_word_embeddings": False,
+    },
+    "qwen3-next": {
+        # Qwen3-Next-80B-A3B: three of every four layers are Gated DeltaNet linear attention (the
+        # linear_* fields, kept in LLMSpec.extra), the fourth gated full attention
+        "_source": _hf("Qwen/Qwen3-Next-80B-A3B-Instruct"), "model_type": "qwen3_next", "vocab_size": 151936,
+        "hidden_size": 2048, "intermediate_size": 5120, "moe_intermediate_size": 512,
+        "shared_expert_intermediate_size": 512, "num_hidden_layers": 48, "num_attention_heads": 16,
+        "num_key_value_heads": 2, "head_dim": 256, "num_experts": 512, "num_experts_per_tok": 10,
+        "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": [], "full_attention_interval": 4,
+        "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "partial_rotary_factor": 0.25,
+        "max_position_embeddings": 262144, "rms_norm_eps": 1e-6, "rope_theta": 10000000,
         "tie_word_embeddings": False,
     },
     "mixtral-8x7b": {
@@ -232,14 +286,22 @@ def spec_from_dict(cfg: dict[str, Any], name: str | None = None) -> LLMSpec:
                        head_dim=int(cfg.get("kv_channels", h // heads)), intermediate=int(cfg["ffn_hidden_size"]),
                        qkv_bias=bool(cfg.get("add_qkv_bias", True)), rotary_fraction=0.5,
                        max_positions=int(cfg.get("seq_length", 8192)), source=src)
-    known = {"llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3"}
+    known = {"llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3",
+             "deepseek_v32", "glm4_moe", "qwen3_next"}
     if mt not in known:
         raise LLMConfigError(
             f"model_type {mt!r}: the LLM engine reads decoder-only configs of type gpt2, chatglm or "
             f"{', '.join(sorted(known))}. Fix: pass an LLMSpec(...) describing the architecture, or a config of "
             "one of these types")
+    if mt == "deepseek_v32":
+        spec = _deepseek(cfg, name, src)
+        return replace(spec, extra={k: cfg[k] for k in ("index_topk", "index_n_heads", "index_head_dim") if k in cfg})
     if mt.startswith("deepseek"):
         return _deepseek(cfg, name, src)
+    if mt == "glm4_moe":
+        return _glm4_moe(cfg, name, src)
+    if mt == "qwen3_next":
+        return _qwen3_next(cfg, name, src)
     h = int(cfg["hidden_size"])
     heads = int(cfg["num_attention_heads"])
     kv = int(cfg.get("num_key_value_heads") or heads)
@@ -287,6 +349,48 @@ def _deepseek(cfg: dict[str, Any], name: str, src: str) -> LLMSpec:
                    dense_layers=int(cfg.get("first_k_dense_replace") or 0), kv_lora_rank=int(cfg["kv_lora_rank"]),
                    q_lora_rank=int(cfg.get("q_lora_rank") or 0), qk_rope_dim=rope, v_head_dim=int(cfg["v_head_dim"]),
                    source=src)
+
+
+def _glm4_moe(cfg: dict[str, Any], name: str, src: str) -> LLMSpec:
+    """GLM-4.5: grouped-query attention with biases, QK norm and half-rotary RoPE; a sigmoid-routed
+    MoE with one shared expert after the first ``first_k_dense_replace`` dense layers."""
+    shared = int(cfg.get("n_shared_experts") or 0)
+    h, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+    return LLMSpec(name=name, vocab=int(cfg["vocab_size"]), hidden=h, layers=int(cfg["num_hidden_layers"]),
+                   heads=heads, kv_heads=int(cfg.get("num_key_value_heads") or heads),
+                   head_dim=int(cfg.get("head_dim") or h // heads), intermediate=int(cfg["intermediate_size"]),
+                   qkv_bias=bool(cfg.get("attention_bias", False)), qk_norm=bool(cfg.get("use_qk_norm", False)),
+                   rotary_fraction=float(cfg.get("partial_rotary_factor", 1.0)),
+                   tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+                   max_positions=int(cfg.get("max_position_embeddings", 4096)),
+                   experts=int(cfg["n_routed_experts"]), top_k=int(cfg["num_experts_per_tok"]),
+                   expert_intermediate=int(cfg["moe_intermediate_size"]), shared_experts=1 if shared else 0,
+                   shared_intermediate=int(cfg["moe_intermediate_size"]) * shared,
+                   expert_groups=int(cfg.get("n_group") or 1), topk_groups=int(cfg.get("topk_group") or 1),
+                   router="sigmoid", dense_layers=int(cfg.get("first_k_dense_replace") or 0), source=src,
+                   extra={"routed_scaling_factor": cfg.get("routed_scaling_factor")})
+
+
+def _qwen3_next(cfg: dict[str, Any], name: str, src: str) -> LLMSpec:
+    """Qwen3-Next: a MoE of 512 small experts (10 routed, one shared) in every layer; attention is
+    hybrid, one gated full-attention layer in every ``full_attention_interval`` and Gated DeltaNet
+    linear attention in the others. `LLMSpec` describes the full-attention layers; the linear ones
+    (their heads and dims, the interval) are in ``extra``: the engine costs every layer as full
+    attention until a pto kernel (the gated delta rule) plugs into its step."""
+    h, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+    shared_i = int(cfg.get("shared_expert_intermediate_size") or 0)
+    linear = {k: cfg[k] for k in ("full_attention_interval", "linear_num_key_heads", "linear_num_value_heads",
+                                  "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim")
+              if k in cfg}
+    return LLMSpec(name=name, vocab=int(cfg["vocab_size"]), hidden=h, layers=int(cfg["num_hidden_layers"]),
+                   heads=heads, kv_heads=int(cfg.get("num_key_value_heads") or heads),
+                   head_dim=int(cfg.get("head_dim") or h // heads), intermediate=int(cfg["intermediate_size"]),
+                   qk_norm=True, rotary_fraction=float(cfg.get("partial_rotary_factor", 1.0)),
+                   tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+                   max_positions=int(cfg.get("max_position_embeddings", 4096)),
+                   experts=int(cfg["num_experts"]), top_k=int(cfg["num_experts_per_tok"]),
+                   expert_intermediate=int(cfg["moe_intermediate_size"]), shared_experts=1 if shared_i else 0,
+                   shared_intermediate=shared_i, source=src, extra=linear)
 
 
 def known_models() -> list[str]:

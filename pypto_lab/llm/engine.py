@@ -12,6 +12,7 @@ and their mean is the TPOT.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from ..kernels.cost import CostedKernel
 from ..stack import Stack, get_stack
 from ..stack.preset import DEFAULT_LLM_STACK
 from .configs import LLMConfigError, LLMSpec, spec_of
-from .forward import Hardware, check_hardware, forward_kernels, step_time_us
+from .forward import KV_IMPLS, Hardware, check_hardware, forward_kernels, step_time_us
 from .memory import (
     DEFAULT_HBM_UTILIZATION,
     HBMCapacityError,
@@ -65,9 +66,15 @@ def launch_moved(value, stack) -> LLMConfigError:
 
 
 def hardware(chip: str | Chip, cards: int = 1, tp: int | None = None, ep: int = 1, precision: str = "fp16",
-             kv_dtype: str | None = None, topology=None, stack: str | Stack = DEFAULT_LLM_STACK) -> Hardware:
+             kv_dtype: str | None = None, topology=None, stack: str | Stack = DEFAULT_LLM_STACK,
+             kv_impl: str = "in-place") -> Hardware:
     """A `Hardware` from user arguments: ``tp=None`` means tensor parallelism over all cards;
-    ``stack`` the software stack running the steps (`pypto_lab.stack`)."""
+    ``stack`` the software stack running the steps (`pypto_lab.stack`); ``kv_impl`` how the
+    deployment's model code keeps the KV cache (`forward.KV_IMPLS`)."""
+    if kv_impl not in KV_IMPLS:
+        raise LLMConfigError("kv_impl", kv_impl, "names how the model code keeps the KV cache: "
+                             + "; ".join(f"'{k}': {v}" for k, v in KV_IMPLS.items()),
+                             [("in-place", "vLLM-Ascend, MindIE, torchair's Llama and Qwen2 ports")])
     chip = get_chip(chip)
     stack = get_stack(stack)
     cards = check_count("cards", cards, 1, what="cards")
@@ -81,7 +88,7 @@ def hardware(chip: str | Chip, cards: int = 1, tp: int | None = None, ep: int = 
     topo = get_topology(topology) if topology is not None else default_topology(chip, cards)
     kv = kv_dtype or ("bf16" if precision == "bf16" else "fp16")
     return Hardware(chip=chip, cards=cards, tp=tp, ep=ep, topology=topo, precision=precision, kv_dtype=kv,
-                    stack=stack)
+                    stack=stack, kv_impl=kv_impl)
 
 
 @dataclass
@@ -198,7 +205,7 @@ def cards_needed(spec: LLMSpec, hw: Hardware, batch: int, tokens_per_seq: int, p
         if tp <= hw.tp or spec.heads % tp:
             continue
         try:
-            h = Hardware(hw.chip, tp, tp, 1, default_topology(hw.chip, tp), hw.precision, hw.kv_dtype, hw.stack)
+            h = dataclasses.replace(hw, cards=tp, tp=tp, ep=1, topology=default_topology(hw.chip, tp))
             check_hardware(spec, h)
         except LLMConfigError:
             continue
@@ -229,11 +236,14 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
                         chip: str | Chip = DEFAULT_CHIP, cards: int = 1, tp: int | None = None,
                         precision: str = "fp16", *, ep: int = 1, kv_dtype: str | None = None, topology=None,
                         stack: str | Stack = DEFAULT_LLM_STACK, hbm_utilization: float = DEFAULT_HBM_UTILIZATION,
-                        context_points: int = 5, launch_us: float | None = None) -> LLMReport:
+                        context_points: int = 5, launch_us: float | None = None,
+                        kv_impl: str = "in-place") -> LLMReport:
     """Prefill ``batch`` prompts of ``prompt_len`` tokens together, then decode ``output_len``
     tokens for each, on ``cards`` cards of ``chip``. ``model``: a known name, a config.json path, a
     transformers config or causal-LM module, or an `LLMSpec`; ``stack`` the software stack that
-    runs the steps (`pypto_lab.stack`, vLLM-Ascend's ACL graph mode by default). Raises
+    runs the steps (`pypto_lab.stack`, vLLM-Ascend's ACL graph mode by default); ``kv_impl`` how
+    the deployment's model code keeps the KV cache (`forward.KV_IMPLS`: "in-place", or
+    "concat-expand" for code that concatenates the cache and expands it to every head). Raises
     `HBMCapacityError` when the weights, the KV cache and the activations do not fit a card."""
     if launch_us is not None:
         raise launch_moved(launch_us, stack)
@@ -244,7 +254,7 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
     hbm_utilization = check_real("hbm_utilization", hbm_utilization, low=0.0, low_open=True, high=1.0, example=0.9,
                                  what="the share of HBM the engine may use")
     context_points = check_count("context_points", context_points, 5, what="decode contexts to cost")
-    hw = hardware(chip, cards, tp, ep, precision, kv_dtype, topology, stack)
+    hw = hardware(chip, cards, tp, ep, precision, kv_dtype, topology, stack, kv_impl)
     check_hardware(spec, hw)
     check_positions(spec.name, spec.max_positions, prompt_len, output_len)
     total = prompt_len + output_len
@@ -343,22 +353,27 @@ __all__ = ["ChipStepModel", "LLMReport", "cards_needed", "check_fits", "default_
            "largest_batch", "serve", "simulate_generation", "step_model"]
 
 
-def serve(model, chip: str | Chip = DEFAULT_CHIP, requests: int = 1000, rate: float = 10.0, seed: int = 0,
+def serve(model, chip: str | Chip = DEFAULT_CHIP, requests: int = 1000, rate: float | None = None, seed: int = 0,
           cards: int = 1, scheduler: str = "continuous", max_batched_tokens: int = 8192, block_size: int = 128,
           *, max_num_seqs: int = 256, tp: int | None = None, precision: str = "fp16", ep: int = 1,
           kv_dtype: str | None = None, topology=None, stack: str | Stack = DEFAULT_LLM_STACK, lengths=None,
           hbm_utilization: float = DEFAULT_HBM_UTILIZATION, progress: bool = True,
-          launch_us: float | None = None) -> ServeReport:
+          launch_us: float | None = None, concurrency: int | None = None, shared_prefix: int = 0,
+          prefix_caching: bool = True) -> ServeReport:
     """Serve ``requests`` requests arriving at ``rate`` per second (Poisson; lengths from the
     ShareGPT-like distribution or ``lengths``) on ``cards`` x ``chip``: `serving.simulate_serving`
-    driven by this engine's step times. Returns a `serving.ServeReport`. Every argument, and a trace
-    file, is checked before the model is costed."""
+    driven by this engine's step times. ``concurrency``: at most that many requests in flight (a
+    closed loop with the default rate); ``shared_prefix``, ``prefix_caching``: a system prompt in
+    front of every prompt and vLLM's automatic prefix caching (see `simulate_serving`). Returns a
+    `serving.ServeReport`. Every argument, and a trace file, is checked before the model is costed."""
     check_serving_arguments(requests=requests, rate=rate, seed=seed, scheduler=scheduler,
-                            max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs, block_size=block_size)
+                            max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs, block_size=block_size,
+                            concurrency=concurrency, shared_prefix=shared_prefix, prefix_caching=prefix_caching)
     trace = read_trace(lengths) if lengths is not None else None
     sm = step_model(model, chip, cards, tp, precision, ep=ep, kv_dtype=kv_dtype, topology=topology,
                     stack=stack, max_batched_tokens=max_batched_tokens, hbm_utilization=hbm_utilization,
                     launch_us=launch_us)
     return simulate_serving(sm, requests=requests, rate=rate, seed=seed, scheduler=scheduler,
                             max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs, block_size=block_size,
-                            lengths=trace, progress=progress)
+                            lengths=trace, progress=progress, concurrency=concurrency, shared_prefix=shared_prefix,
+                            prefix_caching=prefix_caching)

@@ -46,6 +46,24 @@ PRECISIONS = {
     "fp16": ("fp16", 2, 2), "bf16": ("bf16", 2, 2), "w8a16": ("fp16", 2, 1), "w8a8": ("int8", 2, 1),
 }
 KV_DTYPES = {"fp16": 2, "bf16": 2, "int8": 1}
+# How a deployment's model code keeps the KV cache and feeds attention (the code decides the copies a
+# decode step makes, so it is part of the setup, like the stack):
+KV_IMPLS = {
+    # the new token's keys and values are written into a preallocated or paged cache in place
+    # (ScatterUpdate / reshape_and_cache) and IncreFlashAttention reads the cache where it is, each KV
+    # head once for its group of query heads: vLLM-Ascend, MindIE, and torchair's Llama and Qwen2
+    # ports (Ascend/torchair@770a4d54 npu_tuned_model/llm/{llama,qwen}/modeling_*.py:
+    # torch_npu.scatter_update_ then npu_incre_flash_attention(..., num_key_value_heads=...))
+    "in-place": "keys and values written into the cache in place; attention reads each KV head once",
+    # the cache grows by torch.cat every step (the whole cache read and written again), then keys and
+    # values are expanded to every query head and made contiguous, then permuted to BNSD and made
+    # contiguous again before attention (charged as one copy: `_concat_expand_copies`): THUDM's modeling_chatglm.py as torchair's ChatGLM3 port runs
+    # it (Ascend/torchair@770a4d54 npu_tuned_model/llm/chatglm/modeling_chatglm.py, SelfAttention.forward:
+    # torch.cat((cache_k, key_layer)), key_layer.expand(...).contiguous(); CoreAttention.forward:
+    # permute(1, 2, 0, 3) ... .contiguous() before npu_incre_flash_attention)
+    "concat-expand": "cache grown by concatenation each step; keys and values copied out to every query head "
+                     "(BNSD) before attention",
+}
 
 
 @dataclass(frozen=True)
@@ -61,6 +79,7 @@ class Hardware:
     precision: str = "fp16"
     kv_dtype: str = "fp16"
     stack: Stack = field(default_factory=lambda: get_stack(DEFAULT_LLM_STACK))
+    kv_impl: str = "in-place"
 
     @property
     def act_dtype(self) -> str:
@@ -188,6 +207,27 @@ def _mla_attention(spec: LLMSpec, hw: Hardware, t: int, prefill, decode, add) ->
         add("BatchMatMul_v_absorb", "matmul", _mm(hw, b, r, v, batch=heads), L, b * heads * (r + v) * ab)
 
 
+def _concat_expand_copies(hw: Hardware, prefill, decode, ctx: int, heads: int, kvh: int, d: int, layers: int,
+                          add) -> None:
+    """The copies of the ``concat-expand`` KV implementation (`KV_IMPLS`), per layer: the decode
+    step's torch.cat of each sequence's cache (``ctx - 1`` cached tokens and the new one, keys and
+    values) into a new cache of ``ctx`` tokens; then keys and values expanded to every query head
+    and laid out as BNSD for attention. The code writes the expansion twice (``expand(...)
+    .contiguous()``, then ``permute(...).contiguous()``); the graph compiler keeps one copy, since
+    the first one's only user is the second (an assumption: GE's passes are not public in this
+    detail), reading the ``kvh`` source heads and writing all ``heads``. A prefill chunk has no cache
+    to concatenate yet: its keys and values are only expanded. The expansion is charged as a copy
+    kernel moving the same bytes (``(read + written) / 2`` elements)."""
+    ab, kvb, dt = hw.act_bytes, KV_DTYPES[hw.kv_dtype], hw.act_dtype
+    rows = len(decode) * ctx + sum(int(c) for c, _ in prefill)          # key/value rows attention reads
+    if decode:
+        n = 2 * len(decode) * ctx * kvh * d
+        add("ConcatD_kv_cache", "kv_write", _vec("ConcatD", ("copy",), n, dt), layers, n * (ab + kvb))
+    read, written = 2 * rows * kvh * d, 2 * rows * heads * d
+    add("BroadcastTo_kv_bnsd", "kv_expand", _vec("BroadcastTo", ("copy",), (read + written) // 2, dt), layers,
+        (read + written) * kvb)
+
+
 def forward_kernels(spec: LLMSpec, hw: Hardware, prefill: Sequence[tuple[int, int]] = (),
                     decode: Sequence[int] = (), costed: bool = True, strategy: str = "grid") -> list[CostedKernel]:
     """The kernels of one forward pass on one card (see the module's docstring). ``costed=False``
@@ -233,16 +273,23 @@ def forward_kernels(spec: LLMSpec, hw: Hardware, prefill: Sequence[tuple[int, in
             add("RotaryPositionEmbedding", "rope", _vec("RotaryPositionEmbedding", ("rope",),
                                                                         t * (heads + kvh) * rot, hw.act_dtype), L, 2 * t * (heads + kvh) * d * ab)
         kvb = KV_DTYPES[hw.kv_dtype]
-        add("ScatterUpdate_kv_cache", "kv_write", _vec("ScatterUpdate", ("copy",), 2 * t * kvh * d, hw.act_dtype), L,
-            2 * t * kvh * d * (ab + kvb))
+        ctx = int(round(float(np.mean(decode)))) if decode else 0
+        if hw.kv_impl == "concat-expand":
+            _concat_expand_copies(hw, prefill, decode, ctx, heads, kvh, d, L, add)
+            attn_kvh = heads            # attention sees every query head's own copy of the keys
+        else:
+            add("ScatterUpdate_kv_cache", "kv_write", _vec("ScatterUpdate", ("copy",), 2 * t * kvh * d, hw.act_dtype),
+                L, 2 * t * kvh * d * (ab + kvb))
+            attn_kvh = kvh
         groups = Counter((int(c), int(p)) for c, p in prefill)
         for (chunk, past), n in sorted(groups.items()):
             add("PromptFlashAttention", "attention", _prompt_attention(n, heads, chunk, past, d, hw.act_dtype), L, n * chunk * heads * d * 2 * ab)
         if decode:
-            ctx = int(round(float(np.mean(decode))))
-            group = max(1, heads // kvh)
+            group = max(1, heads // attn_kvh)
+            # the concat-expand code passes no actual_seq_lengths: its cache is exactly the context
             add("IncreFlashAttention", "attention", IncreAttentionKernel(
-                len(decode), kvh, group, max(1, ctx), d, hw.act_dtype, hw.kv_dtype), L, len(decode) * heads * d * 2 * ab)
+                len(decode), attn_kvh, group, max(1, ctx), d, hw.act_dtype, hw.kv_dtype,
+                actual_lengths=hw.kv_impl != "concat-expand"), L, len(decode) * heads * d * 2 * ab)
     vd = spec.v_head_dim if spec.is_mla else d
     add("MatMul_o_proj", "matmul", _mm(hw, t, heads * vd, h), L, t * (h + heads * vd) * ab)
     add("AllReduce_attention", "allreduce", _comm(hw, "allreduce", t * h * ab, tp), L, comm=True)
@@ -294,7 +341,7 @@ def forward_kernels(spec: LLMSpec, hw: Hardware, prefill: Sequence[tuple[int, in
 def step_timeline(kernels: Sequence[CostedKernel], stack: Stack):
     """One forward pass under ``stack``: its kernels one after another on the card (each uses
     every core), each launched as the stack launches kernels (`pypto_lab.stack.timeline`)."""
-    return run_in_order([Launch(k.cost.time_us, k.count, k.collective) for k in kernels], stack)
+    return run_in_order([Launch(k.cost.time_us, k.count, k.collective, k.spec.value_tiling) for k in kernels], stack)
 
 
 def step_time_us(kernels: Sequence[CostedKernel], stack: Stack) -> float:

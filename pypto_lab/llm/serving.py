@@ -23,6 +23,29 @@ throughput, preemptions and KV-cache occupancy.
 Time advances by ``step_model.step_ms`` of each step and jumps to the next arrival when nothing is
 running. One step = one forward pass: a request's first token comes out of the step that finishes
 its prefill, each later token out of one decode step.
+
+How requests reach the server:
+
+* open loop (the default): Poisson arrivals at ``rate`` (or a trace's ``arrival_s``);
+* ``concurrency=N``: the benchmark client of ``vllm bench serve --max-concurrency N``
+  (`closed_loop.ClosedLoop`): at most ``N`` requests in flight, the next one sent when one is
+  answered (``rate`` inf, the default then: a closed loop), or arrivals at a finite ``rate`` held
+  back while ``N`` are in flight. A request's TTFT and latency run from when it is sent.
+
+Shared prompt prefixes (``shared_prefix=`` tokens in front of every prompt, or a trace's
+``prefix_id``/``prefix_tokens`` columns) and vLLM's automatic prefix caching (``prefix_caching``,
+on by default as in vLLM V1; `prefix_cache.PrefixCache`): the continuous scheduler finds a new
+request's cached prefix blocks, holds them once for every request that uses them, and prefills
+only the rest, a chunk attending over the cached tokens (``step_ms`` is given ``(chunk, cached)``).
+The report's ``prefix_cache`` gives the hit rate.
+
+Host time: a step costs what ``step_model.step_ms`` says, called once per engine step, so a stack's
+per-step host time (``step_host_us``, e.g. vLLM-Ascend's graph replay) is paid once per step
+whatever the batch (`tests/test_serving_step_host.py`). Not modelled: the client's and the API
+server's own time (HTTP, tokenisation, detokenisation, streaming); vLLM V1 runs them in its
+front-end process beside the engine's step loop (vllm-project/vllm vllm/v1/engine/async_llm.py,
+output_processor.py), so they add to a request's latency, not to a step, and no public figure for
+them on an Ascend host was found.
 """
 
 from __future__ import annotations
@@ -39,7 +62,9 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from .closed_loop import ClosedLoop
 from .lengths import LENGTHS_TOML, sample_lengths
+from .prefix_cache import PrefixCache
 from .step_model import StepModel
 from .validation import ContextLengthError, FieldError, check_count, positions_rule
 
@@ -99,9 +124,31 @@ class ServeReport:
     kv_blocks: int
     kv_occupancy: list[tuple[float, float]]
     records: list[RequestRecord] = field(repr=False)
+    prefix_cache: dict[str, Any] | None = None   # hit rate and counts; None when no request shares a prefix
+
+    def _mean(self, name: str) -> float:
+        x = np.array([getattr(r, name) for r in self.records], dtype=np.float64)
+        x = x[~np.isnan(x)]
+        return float(x.mean()) if x.size else math.nan
+
+    @property
+    def ttft_ms_mean(self) -> float:
+        """Mean TTFT over the requests (what ``vllm bench serve`` prints as Mean TTFT)."""
+        return self._mean("ttft_ms")
+
+    @property
+    def tpot_ms_mean(self) -> float:
+        """Mean over the requests of their TPOT (vLLM's Mean TPOT; requests of one token left out)."""
+        return self._mean("tpot_ms")
+
+    @property
+    def e2e_ms_mean(self) -> float:
+        return self._mean("e2e_ms")
 
     def to_dict(self, include_records: bool = False) -> dict[str, Any]:
         d = {k: v for k, v in asdict(self).items() if k != "records"}
+        if self.prefix_cache is None:
+            del d["prefix_cache"]
         d["kv_occupancy"] = [list(p) for p in self.kv_occupancy]
         if include_records:
             d["records"] = [asdict(r) for r in self.records]
@@ -109,9 +156,10 @@ class ServeReport:
 
     def summary(self) -> str:
         p = self.parameters
-        return "\n".join([
+        loop = f", at most {p['concurrency']} in flight" if p.get("concurrency") else ""
+        lines = [
             f"{self.requests} requests on {self.step_model}, {self.scheduler} batching "
-            f"(rate {p['rate']} req/s, max_batched_tokens {p['max_batched_tokens']}, "
+            f"(rate {p['rate']} req/s{loop}, max_batched_tokens {p['max_batched_tokens']}, "
             f"max_num_seqs {p['max_num_seqs']}, {self.kv_blocks} KV blocks of {p['block_size']})",
             f"  TTFT ms  p50 {self.ttft_ms_p50:10.1f}  p90 {self.ttft_ms_p90:10.1f}  p99 {self.ttft_ms_p99:10.1f}",
             f"  TPOT ms  p50 {self.tpot_ms_p50:10.2f}  p90 {self.tpot_ms_p90:10.2f}  p99 {self.tpot_ms_p99:10.2f}",
@@ -119,7 +167,12 @@ class ServeReport:
             f"  {self.output_tokens_per_s:,.0f} output tokens/s, {self.requests_per_s:.2f} requests/s over "
             f"{self.duration_s:.1f} s; {self.steps} steps, mean batch {self.mean_batch_size:.1f}, "
             f"{self.preemptions} preemptions",
-        ])
+        ]
+        pc = self.prefix_cache
+        if pc is not None:
+            lines.append(f"  prefix cache {'on' if pc['enabled'] else 'off'}: {pc['hit_rate']:.1%} of "
+                         f"{pc['query_tokens']:,} prompt tokens found cached, {pc['evictions']} blocks evicted")
+        return "\n".join(lines)
 
     def __str__(self) -> str:
         return self.summary()
@@ -132,19 +185,28 @@ class ServeReport:
 @dataclass(frozen=True)
 class Trace:
     """A user's requests: prompt and output tokens, arrival times (or None: Poisson at ``rate``),
-    where each row came from (``"line 7"`` of a CSV, ``"row 3"`` of a list) and a description."""
+    where each row came from (``"line 7"`` of a CSV, ``"row 3"`` of a list) and a description.
+    ``prefix_id`` (a label per request, ``""`` for none) and ``prefix_tokens`` (how many of its
+    prompt's first tokens it shares with the other requests of that label), or None for both."""
 
     prompt: np.ndarray
     output: np.ndarray
     arrival: np.ndarray | None
     rows: tuple[str, ...]
     desc: str
+    prefix_id: tuple[str, ...] | None = None
+    prefix_tokens: np.ndarray | None = None
 
 
-def check_serving_arguments(*, requests: Any = 1000, rate: Any = 10.0, seed: Any = 0, scheduler: Any = "continuous",
-                            max_batched_tokens: Any = 8192, max_num_seqs: Any = 256, block_size: Any = 128) -> dict:
+DEFAULT_RATE = 10.0   # requests per second of an open loop when no rate is given
+
+
+def check_serving_arguments(*, requests: Any = 1000, rate: Any = None, seed: Any = 0, scheduler: Any = "continuous",
+                            max_batched_tokens: Any = 8192, max_num_seqs: Any = 256, block_size: Any = 128,
+                            concurrency: Any = None, shared_prefix: Any = 0, prefix_caching: Any = True) -> dict:
     """The serving arguments, checked (`ServingConfigError` naming the argument, its value, the rule
-    and a fix) and normalised; `simulate_serving` and `pypto_lab.llm.serve` call it first."""
+    and a fix) and normalised; `simulate_serving` and `pypto_lab.llm.serve` call it first. ``rate``
+    None is 10 requests per second, or inf (a closed loop) with ``concurrency``."""
     if scheduler not in SCHEDULERS:
         raise ServingConfigError("scheduler", scheduler, f"must be one of {', '.join(SCHEDULERS)}",
                                  [(s, "") for s in SCHEDULERS])
@@ -155,6 +217,21 @@ def check_serving_arguments(*, requests: Any = 1000, rate: Any = 10.0, seed: Any
             ("max_num_seqs", max_num_seqs, 256, "sequences one step may run")):
         out[name] = check_count(name, value, example, cls=ServingConfigError, what=what)
     out["seed"] = check_count("seed", seed, 0, minimum=0, cls=ServingConfigError, what="the random seed")
+    out["concurrency"] = None if concurrency is None else check_count(
+        "concurrency", concurrency, 16, cls=ServingConfigError,
+        what="the requests in flight (None: arrivals at `rate` whatever is in flight)")
+    out["shared_prefix"] = check_count("shared_prefix", shared_prefix, 0, minimum=0, cls=ServingConfigError,
+                                       what="the tokens of a prompt prefix in front of every request")
+    if not isinstance(prefix_caching, (bool, np.bool_)):
+        raise ServingConfigError("prefix_caching", prefix_caching, "must be True (vLLM's automatic prefix caching, "
+                                 "its V1 default) or False", [(True, ""), (False, "")])
+    out["prefix_caching"] = bool(prefix_caching)
+    if scheduler == "static" and out["shared_prefix"] and out["prefix_caching"]:
+        raise ServingConfigError("prefix_caching", True, "prefix caching shares the paged KV blocks of continuous "
+                                 "batching; static batching reserves each request's cache whole",
+                                 [(False, "serve the shared prefix uncached")], hint="or {scheduler='continuous'}")
+    if rate is None:
+        rate = math.inf if out["concurrency"] else DEFAULT_RATE
     ok = isinstance(rate, (int, float, np.floating, np.integer)) and not isinstance(rate, bool)
     r = float(rate) if ok else math.nan
     if not r > 0:
@@ -168,9 +245,10 @@ def _trace_error(where: str, rule: str, fix: str) -> ServingConfigError:
     return ServingConfigError(f"{where}: {rule}. Fix: {fix}")
 
 
-def _csv_rows(path: Path) -> tuple[list[tuple], list[str]]:
-    """The rows of a CSV trace (as strings) and their line numbers; one `ServingConfigError` for a
-    file that is not UTF-8 text, not CSV, lacks the columns or has a row of another width."""
+def _csv_rows(path: Path) -> tuple[list[tuple], list[str], list[tuple[str, str]] | None]:
+    """The rows of a CSV trace (as strings), their line numbers and, when the file has the columns
+    ``prefix_id,prefix_tokens``, each row's pair of them; one `ServingConfigError` for a file that
+    is not UTF-8 text, not CSV, lacks the columns or has a row of another width."""
     try:
         raw = path.read_bytes()
     except OSError as e:
@@ -196,7 +274,13 @@ def _csv_rows(path: Path) -> tuple[list[tuple], list[str]]:
         want = [cols.index("prompt_tokens"), cols.index("output_tokens")]
         if "arrival_s" in cols:
             want.append(cols.index("arrival_s"))
-        rows, where = [], []
+        has = [c in cols for c in ("prefix_id", "prefix_tokens")]
+        if any(has) and not all(has):
+            raise ServingConfigError(f"{path}: a shared prefix needs both columns prefix_id and prefix_tokens; the "
+                                     f"header has only {'prefix_id' if has[0] else 'prefix_tokens'}. Fix: add the "
+                                     "other column, or drop this one.")
+        pcols = (cols.index("prefix_id"), cols.index("prefix_tokens")) if all(has) else None
+        rows, where, prefixes = [], [], []
         for fields_ in reader:
             if not fields_ or all(not f.strip() for f in fields_):
                 continue   # a blank line
@@ -207,10 +291,12 @@ def _csv_rows(path: Path) -> tuple[list[tuple], list[str]]:
                                    "values (a file cut short loses its last row: drop it)")
             rows.append(tuple(fields_[i] for i in want))
             where.append(f"{path}, line {reader.line_num}")
+            if pcols:
+                prefixes.append((fields_[pcols[0]].strip(), fields_[pcols[1]].strip()))
     except csv.Error as e:
         raise _trace_error(f"{path}, line {reader.line_num}", f"not readable as CSV ({e})",
                            "save it as UTF-8 CSV with the columns prompt_tokens,output_tokens[,arrival_s]") from None
-    return rows, where
+    return rows, where, (prefixes if pcols else None)
 
 
 def _whole(v: Any) -> float | None:
@@ -234,7 +320,7 @@ def read_trace(lengths: str | Path | Sequence[Sequence[float]] | Trace) -> Trace
         if not path.is_file():
             raise ServingConfigError(f"lengths must be a CSV file or a list of (prompt, output) pairs; "
                                      f"no file at {str(path)!r}. Fix: pass an existing path.")
-        rows, where = _csv_rows(path)
+        rows, where, prefixes = _csv_rows(path)
         desc = f"trace {path}"
     else:
         try:
@@ -244,6 +330,7 @@ def read_trace(lengths: str | Path | Sequence[Sequence[float]] | Trace) -> Trace
                                      f"(got {type(lengths).__name__}). Fix: e.g. lengths=[(512, 128), (64, 32)]") from None
         where = [f"trace row {k}" for k in range(len(rows))]
         desc = "trace (list)"
+        prefixes = None
     if not rows:
         raise ServingConfigError(f"{desc}: the trace has no requests (got 0 rows). Fix: give at least one (prompt, "
                                  "output) row.")
@@ -272,7 +359,29 @@ def read_trace(lengths: str | Path | Sequence[Sequence[float]] | Trace) -> Trace
                                          f"Fix: correct it, or leave the column out to draw Poisson arrivals at `rate`.")
             arrival.append(a)
     arr = np.array(arrival, dtype=np.float64) if arrival else None
-    return Trace(np.array(prompt, dtype=np.int64), np.array(output, dtype=np.int64), arr, tuple(where), desc)
+    pid, ptok = _prefix_columns(prefixes, prompt, where) if prefixes is not None else (None, None)
+    return Trace(np.array(prompt, dtype=np.int64), np.array(output, dtype=np.int64), arr, tuple(where), desc,
+                 pid, ptok)
+
+
+def _prefix_columns(prefixes: list[tuple[str, str]], prompt: list[int], where: list[str]):
+    """A CSV trace's ``prefix_id,prefix_tokens`` columns, checked: an empty id shares nothing (its
+    tokens empty or 0); otherwise 0 <= prefix_tokens <= prompt_tokens."""
+    ids, tokens = [], []
+    for (pid, ptok), p, w in zip(prefixes, prompt, where):
+        t = _whole(ptok) if ptok else 0.0
+        if t is None or t < 0:
+            raise ServingConfigError(f"{w}: prefix_tokens must be a whole number of tokens >= 0 (got {ptok!r}). "
+                                     "Fix: the number of the prompt's first tokens its prefix_id shares.")
+        if t > p:
+            raise ServingConfigError(f"{w}: prefix_tokens {int(t)} is more than the prompt's {p} tokens: the shared "
+                                     "prefix is part of the prompt. Fix: prefix_tokens <= prompt_tokens.")
+        if not pid and t:
+            raise ServingConfigError(f"{w}: prefix_tokens {int(t)} without a prefix_id: the tokens are shared with "
+                                     "the requests of the same id. Fix: give the row a prefix_id, or prefix_tokens 0.")
+        ids.append(pid)
+        tokens.append(int(t))
+    return tuple(ids), np.array(tokens, dtype=np.int64)
 
 
 def _redraw_beyond(prompt: np.ndarray, outlen: np.ndarray, max_pos: int, rng: np.random.Generator,
@@ -303,8 +412,11 @@ def _poisson_arrivals(rng: np.random.Generator, n: int, rate: float) -> np.ndarr
 class _Sim:
     """The state of one run: per-request arrays indexed by request id (ids in arrival order)."""
 
-    def __init__(self, step_model, arrival, prompt, outlen, block_size, pool, progress, scheduler):
+    def __init__(self, step_model, arrival, prompt, outlen, block_size, pool, progress, scheduler,
+                 client: ClosedLoop | None = None, cache: PrefixCache | None = None):
         self.m = step_model
+        self.client = client  # None: requests arrive at ``arrival``; else sent by the client (``arrival`` filled then)
+        self.cache = cache    # the shared prefixes' blocks (continuous batching), or None
         self.arrival, self.prompt, self.outlen = arrival, prompt, outlen
         n = len(prompt)
         self.n = n
@@ -330,9 +442,22 @@ class _Sim:
 
     def arrive(self) -> None:
         arrival, t, n = self.arrival, self.t, self.n
+        if self.client is not None:
+            client = self.client
+            while self.nxt < n and client.due(self.nxt) <= t:
+                arrival[self.nxt] = client.send(self.nxt)
+                self.waiting.append(self.nxt)
+                self.nxt += 1
+            return
         while self.nxt < n and arrival[self.nxt] <= t:
             self.waiting.append(self.nxt)
             self.nxt += 1
+
+    def due(self) -> float:
+        """When the next request not yet arrived reaches the server (its arrival, or its send time)."""
+        if self.client is not None:
+            return self.client.due(self.nxt)
+        return float(self.arrival[self.nxt])
 
     def step(self, prefill: list[tuple[int, int]], decode: list[int]) -> None:
         dt = self.m.step_ms(prefill, decode)
@@ -362,166 +487,40 @@ class _Sim:
             self.finish[ids] = self.t
             self.done += int(ids.size)
             self.bar.update(int(ids.size))
+            if self.client is not None:
+                self.client.finished(self.t, int(ids.size))
 
     # --- continuous batching ------------------------------------------------------------------
 
-    def audit_running(self, c: np.ndarray, b: np.ndarray) -> None:
+    def audit_running(self, c: np.ndarray, b: np.ndarray, ids: np.ndarray | None = None) -> None:
         """Continuous batching: the running sequences' blocks and the free ones make up the pool,
-        and each running sequence holds exactly ceil(tokens in its cache / block_size) blocks."""
+        and each running sequence holds exactly ceil(tokens in its cache / block_size) blocks
+        (a shared prefix block counted once in the pool, however many hold it)."""
         held = int(b.sum())
+        pc = self.cache
+        if pc is not None:
+            shared = int(pc.held[ids].sum())
+            pc.audit(shared)
+            held += pc.in_use() - shared
+            if pc.evictable > self.free:
+                raise AssertionError(f"{pc.evictable} cached blocks counted free, but only {self.free} are free")
         if not (0 <= self.free <= self.pool and held + self.free == self.pool):
             raise AssertionError(f"KV blocks: {held} held + {self.free} free != pool {self.pool}")
         if not np.array_equal(b, -(-c // self.bs)):
             raise AssertionError("a sequence holds more or fewer blocks than its cached tokens need")
 
     def run_continuous(self, max_tokens: int, max_seqs: int) -> None:
-        """The running sequences live in arrays of their own, in admission order, so a step of
-        decodes is a few vector operations; the per-request arrays are written when a sequence
-        leaves the running set (finished or preempted)."""
-        prompt, outlen, out, first, preempt, bs = self.prompt, self.outlen, self.out, self.first, self.preempt, self.bs
-        i64 = np.int64
-        ids = np.empty(0, i64)  # request id
-        c = np.empty(0, i64)  # tokens in its KV cache
-        gen = np.empty(0, i64)  # tokens generated so far
-        p = np.empty(0, i64)  # prompt tokens
-        L = np.empty(0, i64)  # output tokens asked for
-        b = np.empty(0, i64)  # KV blocks held
-        is_dec = np.empty(0, bool)  # decoding: its cache holds all its tokens but the last
-        n_dec = 0  # how many are
-        arrival, n_req = self.arrival, self.n
-
-        def leave(v: int) -> None:  # preempt running position v (recompute mode); the caller truncates
-            i = int(ids[v])
-            self.free += int(b[v])
-            preempt[i] += 1
-            out[i] = gen[v]
-
+        """Offline: arrivals come from the arrays, time jumps to the next arrival when nothing runs,
+        and `_Continuous.iterate` runs one engine step at a time until every request is served."""
+        batcher = _Continuous(self, max_tokens, max_seqs)
+        n_req = self.n
         while self.done < n_req:
-            if self.nxt < n_req and arrival[self.nxt] <= self.t:
+            if self.nxt < n_req and self.due() <= self.t:
                 self.arrive()
-            if ids.size == 0 and not self.waiting:
-                self.t = max(self.t, float(self.arrival[self.nxt]))
+            if batcher.ids.size == 0 and not self.waiting:
+                self.t = max(self.t, self.due())
                 continue
-            budget = max_tokens
-            # 1. one token for every running sequence that is decoding
-            all_dec = n_dec == ids.size
-            if all_dec:  # the usual case: a prefix slice, no copies
-                dsel = slice(0, min(ids.size, budget))
-                nd = dsel.stop
-            else:
-                dsel = np.flatnonzero(is_dec)[:budget]
-                nd = dsel.size
-            if nd:
-                need = c[dsel] % bs == 0  # the paged invariant: a full last block needs a new one
-                total = int(np.count_nonzero(need))
-                if total <= self.free:
-                    b[dsel] += need
-                    self.free -= total
-                else:  # short of blocks: in running order, preempting from the tail
-                    positions = np.arange(nd) if isinstance(dsel, slice) else dsel
-                    j = ids.size
-                    kept: list[int] = []
-                    gone: list[int] = []
-                    for q in positions.tolist():
-                        if q >= j:
-                            break
-                        nq = 1 if c[q] % bs == 0 else 0
-                        while nq > self.free and j > q:
-                            j -= 1
-                            leave(j)
-                            gone.append(int(ids[j]))
-                        if q >= j:
-                            break
-                        b[q] += nq
-                        self.free -= nq
-                        kept.append(q)
-                    for i in gone:  # the last one preempted (earliest admitted) ends at the head
-                        self.waiting.appendleft(i)
-                    ids, c, gen, p, L, b, is_dec = ids[:j], c[:j], gen[:j], p[:j], L[:j], b[:j], is_dec[:j]
-                    dsel = np.array(kept, i64)
-                    nd = dsel.size
-                    n_dec = int(np.count_nonzero(is_dec))
-                    all_dec = n_dec == ids.size
-                budget -= nd
-            pre_pos: list[int] = []
-            pre: list[tuple[int, int]] = []
-            # 2. running sequences whose prefill (or recompute) is not finished
-            if budget > 0 and not all_dec:
-                for q in np.flatnonzero(~is_dec).tolist():
-                    if budget <= 0:
-                        break
-                    cq = int(c[q])
-                    n = min(int(p[q] + gen[q]) - cq, budget, (int(b[q]) + self.free) * bs - cq)
-                    if n <= 0:
-                        continue
-                    nb = -(-(cq + n) // bs) - int(b[q])
-                    b[q] += nb
-                    self.free -= nb
-                    budget -= n
-                    pre_pos.append(q)
-                    pre.append((n, cq))
-            # 3. waiting requests, first come first served (a preempted one starts over)
-            new: list[tuple[int, int]] = []
-            while self.waiting and budget > 0 and ids.size + len(new) < max_seqs:
-                i = self.waiting[0]
-                n = min(int(prompt[i] + out[i]), budget)
-                nb = -(-n // bs)
-                if nb > self.free:
-                    break
-                self.waiting.popleft()
-                self.free -= nb
-                budget -= n
-                pre_pos.append(ids.size + len(new))
-                pre.append((n, 0))
-                new.append((i, nb))
-            if new:
-                na = np.array(new, i64)
-                nid = na[:, 0]
-                ids = np.concatenate([ids, nid])
-                c = np.concatenate([c, np.zeros(len(new), i64)])
-                gen = np.concatenate([gen, out[nid]])
-                p = np.concatenate([p, prompt[nid]])
-                L = np.concatenate([L, outlen[nid]])
-                b = np.concatenate([b, na[:, 1]])
-                is_dec = np.concatenate([is_dec, np.zeros(len(new), bool)])
-            if not pre and nd == 0:
-                if ids.size == 0:
-                    raise RuntimeError("serving simulation stuck with nothing to schedule (a bug)")
-                v = ids.size - 1  # partial prefills hold every block: free the latest one
-                leave(v)
-                self.waiting.appendleft(int(ids[v]))
-                ids, c, gen, p, L, b, is_dec = ids[:v], c[:v], gen[:v], p[:v], L[:v], b[:v], is_dec[:v]
-                n_dec = int(np.count_nonzero(is_dec))
-                continue
-            self.step(pre, c[dsel].tolist() if nd else [])
-            if nd:
-                c[dsel] += 1
-                gen[dsel] += 1
-            if pre:
-                pp = np.array(pre_pos, i64)
-                c[pp] += np.array([n for n, _ in pre], i64)
-                comp = pp[c[pp] == p[pp] + gen[pp]]
-                if comp.size:  # a prefill finished: its next token comes out of this step
-                    gen[comp] += 1
-                    is_dec[comp] = True
-                    n_dec += comp.size
-                    cid = ids[comp]
-                    first[cid[np.isnan(first[cid])]] = self.t
-            done = gen == L
-            if np.count_nonzero(done):
-                fid = ids[done]
-                self.free += int(b[done].sum())
-                out[fid] = gen[done]
-                self.finished(fid)
-                n_dec -= fid.size  # a sequence ends on a token out of a decode or a finished prefill
-                keep = ~done
-                ids, c, gen, p, L, b, is_dec = ids[keep], c[keep], gen[keep], p[keep], L[keep], b[keep], is_dec[keep]
-            if AUDIT_BLOCKS:
-                self.audit_running(c, b)
-                # decoding implies all tokens but the last cached (the converse fails only for the
-                # last token of a recompute, which is still a prefill chunk)
-                if np.any(is_dec & ~((gen > 0) & (p + gen - c == 1))) or n_dec != np.count_nonzero(is_dec):
-                    raise AssertionError("a sequence is flagged decoding with tokens left to prefill")
+            batcher.iterate()
 
     # --- static batching ----------------------------------------------------------------------
 
@@ -531,7 +530,7 @@ class _Sim:
         while self.done < self.n:
             self.arrive()
             if not self.waiting:
-                self.t = max(self.t, float(self.arrival[self.nxt]))
+                self.t = max(self.t, self.due())
                 continue
             batch: list[int] = []
             while self.waiting and len(batch) < max_seqs and reserve[self.waiting[0]] <= self.free:
@@ -574,6 +573,216 @@ class _Sim:
             self.free = self.pool
 
 
+class _Continuous:
+    """Continuous batching's running sequences, advanced one engine step at a time by `iterate`.
+
+    The running sequences live in arrays of their own, in admission order, so a step of decodes is
+    a few vector operations; the per-request arrays of the `_Sim` are written when a sequence
+    leaves the running set (finished or preempted). ``on_step``, when set (the online server,
+    `OnlineScheduler`), is called after each step with the ids that got a token and the ids that
+    finished; ``cancel`` takes a request out (its blocks go back to the pool)."""
+
+    def __init__(self, sim: _Sim, max_tokens: int, max_seqs: int):
+        i64 = np.int64
+        self.sim, self.max_tokens, self.max_seqs = sim, max_tokens, max_seqs
+        self.ids = np.empty(0, i64)  # request id
+        self.c = np.empty(0, i64)  # tokens in its KV cache
+        self.gen = np.empty(0, i64)  # tokens generated so far
+        self.p = np.empty(0, i64)  # prompt tokens
+        self.L = np.empty(0, i64)  # output tokens asked for
+        self.b = np.empty(0, i64)  # KV blocks held
+        self.is_dec = np.empty(0, bool)  # decoding: its cache holds all its tokens but the last
+        self.n_dec = 0  # how many are
+        self.preemptions = 0
+        self.on_step = None
+
+    def cancel(self, i: int) -> bool:
+        """Take request ``i`` out of the running set or the waiting queue; True if it was in one."""
+        sim = self.sim
+        pos = np.flatnonzero(self.ids == i)
+        if pos.size:
+            v = int(pos[0])
+            sim.free += int(self.b[v]) + (sim.cache.release(i) if sim.cache is not None else 0)
+            sim.out[i] = self.gen[v]
+            keep = np.ones(self.ids.size, bool)
+            keep[v] = False
+            if self.is_dec[v]:
+                self.n_dec -= 1
+            self.ids, self.c, self.gen, self.p, self.L, self.b, self.is_dec = (
+                a[keep] for a in (self.ids, self.c, self.gen, self.p, self.L, self.b, self.is_dec))
+            return True
+        try:
+            sim.waiting.remove(i)
+        except ValueError:
+            return False
+        return True
+
+    def iterate(self) -> None:
+        """One pass of the scheduler at ``sim.t``: pick the step's work, run it (time advances by its
+        ``step_ms``), hand out its tokens and retire what finished. The caller has admitted the
+        arrivals up to ``sim.t`` and made sure something is running or waiting."""
+        sim = self.sim
+        prompt, outlen, out, first, preempt, bs = sim.prompt, sim.outlen, sim.out, sim.first, sim.preempt, sim.bs
+        max_tokens, max_seqs = self.max_tokens, self.max_seqs
+        i64 = np.int64
+        ids, c, gen, p, L, b, is_dec, n_dec = self.ids, self.c, self.gen, self.p, self.L, self.b, self.is_dec, self.n_dec
+        pc = sim.cache
+
+        def leave(v: int) -> None:  # preempt running position v (recompute mode); the caller truncates
+            i = int(ids[v])
+            sim.free += int(b[v]) + (pc.release(i) if pc is not None else 0)
+            preempt[i] += 1
+            out[i] = gen[v]
+            self.preemptions += 1
+
+        try:
+            budget = max_tokens
+            # 1. one token for every running sequence that is decoding
+            all_dec = n_dec == ids.size
+            if all_dec:  # the usual case: a prefix slice, no copies
+                dsel = slice(0, min(ids.size, budget))
+                nd = dsel.stop
+            else:
+                dsel = np.flatnonzero(is_dec)[:budget]
+                nd = dsel.size
+            if nd:
+                need = c[dsel] % bs == 0  # the paged invariant: a full last block needs a new one
+                total = int(np.count_nonzero(need))
+                if total <= sim.free:
+                    b[dsel] += need
+                    sim.free -= total
+                else:  # short of blocks: in running order, preempting from the tail
+                    positions = np.arange(nd) if isinstance(dsel, slice) else dsel
+                    j = ids.size
+                    kept: list[int] = []
+                    gone: list[int] = []
+                    for q in positions.tolist():
+                        if q >= j:
+                            break
+                        nq = 1 if c[q] % bs == 0 else 0
+                        while nq > sim.free and j > q:
+                            j -= 1
+                            leave(j)
+                            gone.append(int(ids[j]))
+                        if q >= j:
+                            break
+                        b[q] += nq
+                        sim.free -= nq
+                        kept.append(q)
+                    for i in gone:  # the last one preempted (earliest admitted) ends at the head
+                        sim.waiting.appendleft(i)
+                    ids, c, gen, p, L, b, is_dec = ids[:j], c[:j], gen[:j], p[:j], L[:j], b[:j], is_dec[:j]
+                    dsel = np.array(kept, i64)
+                    nd = dsel.size
+                    n_dec = int(np.count_nonzero(is_dec))
+                    all_dec = n_dec == ids.size
+                budget -= nd
+                if pc is not None:
+                    pc.settle(sim.free)
+            pre_pos: list[int] = []
+            pre: list[tuple[int, int]] = []
+            # 2. running sequences whose prefill (or recompute) is not finished
+            if budget > 0 and not all_dec:
+                for q in np.flatnonzero(~is_dec).tolist():
+                    if budget <= 0:
+                        break
+                    cq = int(c[q])
+                    n = min(int(p[q] + gen[q]) - cq, budget, (int(b[q]) + sim.free) * bs - cq)
+                    if n <= 0:
+                        continue
+                    nb = -(-(cq + n) // bs) - int(b[q])
+                    b[q] += nb
+                    sim.free -= nb
+                    budget -= n
+                    pre_pos.append(q)
+                    pre.append((n, cq))
+                    if pc is not None:
+                        pc.computing(int(ids[q]), cq + n)
+                        pc.settle(sim.free)
+            # 3. waiting requests, first come first served (a preempted one starts over)
+            new: list[tuple[int, int, int]] = []
+            while sim.waiting and budget > 0 and ids.size + len(new) < max_seqs:
+                i = sim.waiting[0]
+                tokens = int(prompt[i] + out[i])
+                hit, woken = pc.lookup(i, tokens) if pc is not None else (0, 0)  # cached prefix blocks
+                cached = hit * bs
+                n = min(tokens - cached, budget)
+                nb = -(-(cached + n) // bs)  # blocks it holds: the hit ones and the new ones
+                if nb - hit + woken > sim.free:
+                    break
+                sim.waiting.popleft()
+                sim.free -= nb - hit + woken
+                budget -= n
+                pre_pos.append(ids.size + len(new))
+                pre.append((n, cached))
+                new.append((i, nb, cached))
+                if pc is not None:
+                    pc.admit(i, tokens, hit)
+                    pc.computing(i, cached + n)
+                    pc.settle(sim.free)
+            if new:
+                na = np.array(new, i64)
+                nid = na[:, 0]
+                ids = np.concatenate([ids, nid])
+                c = np.concatenate([c, na[:, 2]])
+                gen = np.concatenate([gen, out[nid]])
+                p = np.concatenate([p, prompt[nid]])
+                L = np.concatenate([L, outlen[nid]])
+                b = np.concatenate([b, na[:, 1]])
+                is_dec = np.concatenate([is_dec, np.zeros(len(new), bool)])
+            if not pre and nd == 0:
+                if ids.size == 0:
+                    raise RuntimeError("serving simulation stuck with nothing to schedule (a bug)")
+                v = ids.size - 1  # partial prefills hold every block: free the latest one
+                leave(v)
+                sim.waiting.appendleft(int(ids[v]))
+                ids, c, gen, p, L, b, is_dec = ids[:v], c[:v], gen[:v], p[:v], L[:v], b[:v], is_dec[:v]
+                n_dec = int(np.count_nonzero(is_dec))
+                return
+            sim.step(pre, c[dsel].tolist() if nd else [])
+            if nd:
+                c[dsel] += 1
+                gen[dsel] += 1
+            comp = None
+            if pre:
+                pp = np.array(pre_pos, i64)
+                c[pp] += np.array([n for n, _ in pre], i64)
+                comp = pp[c[pp] == p[pp] + gen[pp]]
+                if comp.size:  # a prefill finished: its next token comes out of this step
+                    gen[comp] += 1
+                    is_dec[comp] = True
+                    n_dec += comp.size
+                    cid = ids[comp]
+                    first[cid[np.isnan(first[cid])]] = sim.t
+            if self.on_step is not None:
+                got = ids[dsel] if nd else ids[:0]
+                if comp is not None and comp.size:
+                    got = np.concatenate([got, ids[comp]])
+            done = gen == L
+            fid = ids[:0]
+            if np.count_nonzero(done):
+                fid = ids[done]
+                sim.free += int(b[done].sum())
+                if pc is not None:
+                    sim.free += sum(pc.release(int(i)) for i in fid.tolist())
+                out[fid] = gen[done]
+                sim.finished(fid)
+                n_dec -= fid.size  # a sequence ends on a token out of a decode or a finished prefill
+                keep = ~done
+                ids, c, gen, p, L, b, is_dec = ids[keep], c[keep], gen[keep], p[keep], L[keep], b[keep], is_dec[keep]
+            if AUDIT_BLOCKS:
+                sim.audit_running(c, b, ids)
+                # decoding implies all tokens but the last cached (the converse fails only for the
+                # last token of a recompute, which is still a prefill chunk)
+                if np.any(is_dec & ~((gen > 0) & (p + gen - c == 1))) or n_dec != np.count_nonzero(is_dec):
+                    raise AssertionError("a sequence is flagged decoding with tokens left to prefill")
+            if self.on_step is not None:
+                self.on_step(got, fid)
+        finally:
+            self.ids, self.c, self.gen, self.p, self.L, self.b, self.is_dec = ids, c, gen, p, L, b, is_dec
+            self.n_dec = n_dec
+
+
 # ---------------------------------------------------------------------------------------------
 # the public call
 
@@ -585,38 +794,8 @@ def _percentiles(x: np.ndarray, qs: Sequence[float]) -> list[float]:
     return [float(v) for v in np.percentile(x, qs)]
 
 
-def simulate_serving(
-    step_model: StepModel,
-    requests: int = 1000,
-    rate: float = 10.0,
-    seed: int = 0,
-    scheduler: str = "continuous",
-    max_batched_tokens: int = 8192,
-    max_num_seqs: int = 256,
-    block_size: int = 128,
-    lengths: str | Path | Sequence[Sequence[float]] | None = None,
-    progress: bool = True,
-) -> ServeReport:
-    """Serve ``requests`` requests on ``step_model`` and report latencies and throughput.
-
-    * ``rate``: Poisson arrivals, requests per second (``float("inf")``: all at t=0).
-    * ``lengths``: None draws (prompt, output) token counts from the ShareGPT-like distribution
-      (``datasets/serving/``, `pypto_lab.llm.lengths`); or a user's trace, a list of
-      ``(prompt, output)`` or ``(prompt, output, arrival_s)`` rows, or the path of a CSV with
-      columns ``prompt_tokens,output_tokens[,arrival_s]``. A trace's first ``requests`` rows are
-      served (all of them if it has fewer); its ``arrival_s`` (sorted) replaces the Poisson draw.
-    * ``seed``: of the numpy Generator that draws lengths and arrivals; the same seed, the same run.
-    * ``scheduler``: ``"continuous"`` or ``"static"`` (see the module's docstring).
-    * ``max_batched_tokens``, ``max_num_seqs``: the step's token budget and sequence cap.
-    * ``block_size``: tokens per KV block.
-    * ``progress``: a tqdm bar over completed requests.
-    """
-    args = check_serving_arguments(requests=requests, rate=rate, seed=seed, scheduler=scheduler,
-                                   max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs,
-                                   block_size=block_size)
-    requests, rate, block_size = args["requests"], args["rate"], args["block_size"]
-    max_batched_tokens, max_num_seqs = args["max_batched_tokens"], args["max_num_seqs"]
-    trace = read_trace(lengths) if lengths is not None else None
+def _kv_pool(step_model: StepModel, block_size: int) -> tuple[int, int, int]:
+    """(KV bytes per token, KV budget bytes, blocks in the pool) of ``step_model``, checked."""
     if not isinstance(step_model, StepModel):
         raise ServingConfigError(f"step_model must follow pypto_lab.llm.step_model.StepModel (name, kv_bytes_per_token, "
                                  f"kv_budget_bytes, step_ms); got {type(step_model).__name__}. Fix: build one with the "
@@ -631,15 +810,80 @@ def simulate_serving(
             f"the KV pool must hold at least one block: kv_budget_bytes // (kv_bytes_per_token * block_size) = "
             f"{budget_bytes:,} // ({kv_tok:,} * {block_size}) = {pool}. Fix: a smaller block_size, more cards or a chip "
             f"with more HBM (a larger kv_budget_bytes).")
+    return kv_tok, budget_bytes, pool
+
+
+def simulate_serving(
+    step_model: StepModel,
+    requests: int = 1000,
+    rate: float | None = None,
+    seed: int = 0,
+    scheduler: str = "continuous",
+    max_batched_tokens: int = 8192,
+    max_num_seqs: int = 256,
+    block_size: int = 128,
+    lengths: str | Path | Sequence[Sequence[float]] | None = None,
+    progress: bool = True,
+    *,
+    concurrency: int | None = None,
+    shared_prefix: int = 0,
+    prefix_caching: bool = True,
+) -> ServeReport:
+    """Serve ``requests`` requests on ``step_model`` and report latencies and throughput.
+
+    * ``rate``: Poisson arrivals, requests per second (``float("inf")``: all at t=0); None: 10, or
+      inf with ``concurrency``.
+    * ``concurrency``: at most this many requests in flight, the next sent when one is answered
+      (``vllm bench serve --max-concurrency``; with rate inf a closed loop); TTFT runs from the send.
+    * ``lengths``: None draws (prompt, output) token counts from the ShareGPT-like distribution
+      (``datasets/serving/``, `pypto_lab.llm.lengths`); or a user's trace, a list of
+      ``(prompt, output)`` or ``(prompt, output, arrival_s)`` rows, or the path of a CSV with
+      columns ``prompt_tokens,output_tokens[,arrival_s]``. A trace's first ``requests`` rows are
+      served (all of them if it has fewer); its ``arrival_s`` (sorted) replaces the Poisson draw.
+    * ``seed``: of the numpy Generator that draws lengths and arrivals; the same seed, the same run.
+    * ``scheduler``: ``"continuous"`` or ``"static"`` (see the module's docstring).
+    * ``max_batched_tokens``, ``max_num_seqs``: the step's token budget and sequence cap.
+    * ``block_size``: tokens per KV block.
+    * ``shared_prefix``: a system prompt of this many tokens in front of every request's prompt (as
+      ``vllm bench serve --random-prefix-len``); a CSV trace may instead give each row a
+      ``prefix_id`` and its ``prefix_tokens`` (part of its ``prompt_tokens``).
+    * ``prefix_caching``: vLLM's automatic prefix caching (its V1 default): full blocks of a shared
+      prefix are computed once, held once and found by later requests (continuous batching only).
+    * ``progress``: a tqdm bar over completed requests.
+    """
+    args = check_serving_arguments(requests=requests, rate=rate, seed=seed, scheduler=scheduler,
+                                   max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs,
+                                   block_size=block_size, concurrency=concurrency, shared_prefix=shared_prefix,
+                                   prefix_caching=prefix_caching)
+    requests, rate, block_size = args["requests"], args["rate"], args["block_size"]
+    max_batched_tokens, max_num_seqs = args["max_batched_tokens"], args["max_num_seqs"]
+    concurrency, shared_prefix, prefix_caching = args["concurrency"], args["shared_prefix"], args["prefix_caching"]
+    trace = read_trace(lengths) if lengths is not None else None
+    if trace is not None and trace.prefix_id is not None:
+        if shared_prefix:
+            raise ServingConfigError("shared_prefix", shared_prefix, f"{trace.desc} gives each request its prefix "
+                                     "(columns prefix_id, prefix_tokens); a shared prefix is given one way",
+                                     [(0, "the trace's prefixes")], hint="or drop the trace's prefix columns")
+        if scheduler == "static" and prefix_caching:
+            raise ServingConfigError("prefix_caching", True, "prefix caching shares the paged KV blocks of continuous "
+                                     "batching; static batching reserves each request's cache whole",
+                                     [(False, "serve the shared prefixes uncached")],
+                                     hint="or {scheduler='continuous'}")
+    kv_tok, budget_bytes, pool = _kv_pool(step_model, block_size)
     max_pos = getattr(step_model, "max_positions", None)
     model = getattr(getattr(step_model, "spec", None), "name", None) or str(step_model.name)
 
     rng = np.random.default_rng(args["seed"])
+    if max_pos and shared_prefix and shared_prefix + 2 > max_pos:
+        raise ContextLengthError("shared_prefix", shared_prefix, positions_rule(model, int(max_pos)) + ", and a "
+                                 "request is its shared prefix, at least one token of its own and one output token",
+                                 [(int(max_pos) - 2, "")])
+    prefix_id = prefix_tokens = None
     if trace is None:
         prompt, outlen = sample_lengths(requests, rng)
         source = f"ShareGPT-like ({LENGTHS_TOML.relative_to(LENGTHS_TOML.parents[2])})"
         if max_pos:
-            redrawn = _redraw_beyond(prompt, outlen, int(max_pos), rng, model)
+            redrawn = _redraw_beyond(prompt, outlen, int(max_pos) - shared_prefix, rng, model)
             if redrawn:
                 source += (f"; {redrawn} draws longer than {model}'s {int(max_pos):,} positions drawn again "
                            "(vLLM's serving benchmark drops such requests)")
@@ -648,6 +892,8 @@ def simulate_serving(
     else:
         prompt, outlen, source = trace.prompt[:requests], trace.output[:requests], trace.desc
         rows = trace.rows[:requests]
+        if trace.prefix_id is not None:
+            prefix_id, prefix_tokens = np.array(trace.prefix_id[:requests], dtype=object), trace.prefix_tokens[:requests]
         if trace.arrival is None:
             arrival = _poisson_arrivals(rng, len(prompt), rate)
         else:
@@ -655,7 +901,19 @@ def simulate_serving(
             order = np.argsort(arrival, kind="stable")
             prompt, outlen, arrival = prompt[order], outlen[order], arrival[order]
             rows = tuple(rows[int(k)] for k in order)
+            if prefix_id is not None:
+                prefix_id, prefix_tokens = prefix_id[order], prefix_tokens[order]
     n = len(prompt)
+    group = None
+    if shared_prefix:
+        prompt = prompt + shared_prefix
+        source += f"; a shared prefix of {shared_prefix} tokens in front of every prompt"
+        group, prefix_tokens = np.zeros(n, np.int64), np.full(n, shared_prefix, np.int64)
+    elif prefix_id is not None:
+        labels: dict[str, int] = {}
+        group = np.array([labels.setdefault(k, len(labels)) if k else -1 for k in prefix_id], dtype=np.int64)
+        if not np.any(group >= 0):
+            group = None
 
     if max_pos:
         bad = np.flatnonzero(prompt + outlen > max_pos)
@@ -678,7 +936,14 @@ def simulate_serving(
             f"{bad.size} of {n} requests are that long. Fix: shorten them (at most {longest} tokens), "
             f"or serve on more cards or a chip with more HBM.")
 
-    sim = _Sim(step_model, arrival, prompt, outlen, block_size, pool, progress, scheduler)
+    client = None
+    if concurrency is not None:
+        client = ClosedLoop(arrival, concurrency)
+        arrival = arrival.copy()   # filled with the send times as the run goes
+    cache = None
+    if group is not None and scheduler == "continuous":
+        cache = PrefixCache(group, prefix_tokens, block_size, enabled=prefix_caching)
+    sim = _Sim(step_model, arrival, prompt, outlen, block_size, pool, progress, scheduler, client, cache)
     try:
         if scheduler == "continuous":
             sim.run_continuous(max_batched_tokens, max_num_seqs)
@@ -705,12 +970,22 @@ def simulate_serving(
     t50, t90, t99 = _percentiles(ttft, (50, 90, 99))
     p50, p90, p99 = _percentiles(tpot, (50, 90, 99))
     e50, e99 = _percentiles(e2e, (50, 99))
+    parameters = dict(scheduler=scheduler, requests=n, rate=rate, seed=args["seed"], max_batched_tokens=max_batched_tokens,
+                      max_num_seqs=max_num_seqs, block_size=block_size, kv_blocks=pool, kv_bytes_per_token=kv_tok,
+                      kv_budget_bytes=budget_bytes, lengths=source)
+    if concurrency is not None:   # the new options appear only when used: a run without them reports as before
+        parameters["concurrency"] = concurrency
+    prefix_stats = None
+    if group is not None:
+        parameters["shared_prefix"] = shared_prefix
+        parameters["prefix_caching"] = prefix_caching and cache is not None
+        prefix_stats = cache.stats() if cache is not None else {
+            "enabled": False, "hit_rate": 0.0, "hit_tokens": 0, "query_tokens": int(prompt[group >= 0].sum()),
+            "groups": int(group.max()) + 1, "peak_cached_blocks": 0, "evictions": 0}
     return ServeReport(
         scheduler=scheduler,
         step_model=str(step_model.name),
-        parameters=dict(scheduler=scheduler, requests=n, rate=rate, seed=args["seed"], max_batched_tokens=max_batched_tokens,
-                        max_num_seqs=max_num_seqs, block_size=block_size, kv_blocks=pool, kv_bytes_per_token=kv_tok,
-                        kv_budget_bytes=budget_bytes, lengths=source),
+        parameters=parameters,
         requests=n,
         ttft_ms_p50=t50, ttft_ms_p90=t90, ttft_ms_p99=t99,
         tpot_ms_p50=p50, tpot_ms_p90=p90, tpot_ms_p99=p99,
@@ -724,4 +999,5 @@ def simulate_serving(
         kv_blocks=pool,
         kv_occupancy=[(float(a), float(b)) for a, b in zip(occ_t, occ)],
         records=records,
+        prefix_cache=prefix_stats,
     )

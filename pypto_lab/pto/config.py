@@ -11,7 +11,9 @@ outside a kernel are the defaults a kernel starts with.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import re
 import threading
 
@@ -43,6 +45,26 @@ class _State(threading.local):
 
 
 STATE = _State()
+
+_COST_ONLY = [False]
+
+
+def values_computed() -> bool:
+    """False in a cost-only scope (`cost_only`) or when the environment sets PYPTO_LAB_COST_ONLY=1:
+    kernels are traced, compiled and costed with their real control flow, but compute no tensor."""
+    return not (_COST_ONLY[0] or os.environ.get("PYPTO_LAB_COST_ONLY") == "1")
+
+
+@contextlib.contextmanager
+def cost_only(enabled: bool = True):
+    """``with pypto_lab.pto.config.cost_only():`` kernels called inside are costed, not computed
+    (`execute`): for sizes whose numerics are too slow. ``kernel.last_run.values_computed`` says which."""
+    saved = _COST_ONLY[0]
+    _COST_ONLY[0] = enabled
+    try:
+        yield
+    finally:
+        _COST_ONLY[0] = saved
 
 
 def _check_positive(name: str, values) -> tuple[int, ...]:

@@ -58,8 +58,9 @@ def _ints(args, call: str = "pypto.loop"):
 
 
 def loop(*args, name: str | None = None, idx_name: str | None = None, submit_before_loop: bool = False,
-         parallel: bool = False, unroll_list=None):
-    """``for i in pypto.loop(start, stop, step, name=..., idx_name=...)`` (or ``loop(stop)``)."""
+         parallel: bool = False, unroll_list=None, **ignored):
+    """``for i in pypto.loop(start, stop, step, name=..., idx_name=...)`` (or ``loop(stop)``). Other
+    keywords are ignored, as the real ``pypto.loop(**kwargs)`` reads only the ones it knows."""
     if len(args) == 4:  # loop(start, stop, step, max_unroll) as in some examples
         args = args[:3]
     start, stop, step = _ints(args)
@@ -85,37 +86,38 @@ def loop(*args, name: str | None = None, idx_name: str | None = None, submit_bef
 
 
 def loop_unroll(*args, name: str | None = None, idx_name: str | None = None, unroll_list=None,
-                submit_before_loop: bool = False):
-    """Yields ``(idx, unroll_factor)``: the largest factor of ``unroll_list`` (always with 1) that
-    still fits the remaining iterations; the body then handles ``unroll_factor`` iterations."""
+                submit_before_loop: bool = False, **ignored):
+    """Yields ``(idx, unroll_factor)`` as the real ``pypto.loop_unroll`` does
+    (python/pypto/_controller.py at 883e7df): for each factor ``p`` of ``unroll_list`` (1 always
+    added), largest first, a ``pypto.loop(nstart, stop - left, step * p)`` with ``left = (stop - start)
+    % (step * p)``, whose body handles ``p`` iterations; the next factor starts where it stopped.
+    Each of those loops is a `loop`: unrolled while tracing when short and known, a symbolic loop
+    when long or when its bounds are known only at run time (a trip count read from a tensor), its
+    body then traced once per factor."""
     start, stop, step = _ints(args, "pypto.loop_unroll")
-    if any(is_symbolic(b) for b in (start, stop, step)):
-        raise LoopError(f"pypto.loop_unroll({start}, {stop}, {step}): bounds known only at run time are not supported "
-                        "by loop_unroll here. Fix: pypto.loop(start, stop, step), which stays a loop")
-    if step < 0:
+    if not is_symbolic(step) and step < 0:
         raise LoopError(f"pypto.loop_unroll({start}, {stop}, {step}): the step is negative. Rule: loop_unroll counts "
                         "up (step > 0). Fix: count up and index from the end (n - 1 - idx), or use pypto.loop, which "
                         "takes a negative step")
+    if is_symbolic(step):
+        raise LoopError(f"pypto.loop_unroll({start}, {stop}, {step}): the step is known only at run time. Rule: "
+                        "the step of loop_unroll is a whole number known while tracing (the unrolled bodies are "
+                        "step x factor apart). Fix: a constant step")
     bad = [f for f in (unroll_list or []) if isinstance(f, bool) or not isinstance(f, int) or f < 1]
     if bad:
         raise LoopError(f"pypto.loop_unroll: unroll_list {list(unroll_list)} holds {bad[0]!r}. Rule: unroll factors "
-                        "are positive integers (1 is always added). Fix: e.g. unroll_list=[4, 2]")
+                        "are positive integers (1 is always added). Fix: e.g. unroll_list=[4, 2, 1]")
     factors = sorted(set(list(unroll_list or []) + [1]), reverse=True)
     _counter[0] += 1
     name = name or f"loop_{_counter[0]}"
-    tr = config.STATE.trace
-    i = start
-    while i < stop:
-        left = -(-(stop - i) // step)
-        f = next(f for f in factors if f <= left)
-        if tr is not None:
-            tr.loops.append(f"{name}[{i}x{f}]")
-        try:
-            yield LoopIndex(i, start, stop, step, name), f
-        finally:
-            if tr is not None:
-                tr.loops.pop()
-        i += f * step
+    nstart = start
+    for p in factors:
+        nstep = step * p
+        left = (stop - start) % nstep
+        for idx in loop(nstart, stop - left, nstep, name=f"{name}_LoopUnroll{p}", idx_name=idx_name or name,
+                        submit_before_loop=submit_before_loop):
+            yield idx, p
+        nstart = stop - left
 
 
 def cond(scalar) -> bool:

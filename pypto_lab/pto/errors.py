@@ -63,6 +63,11 @@ class IndexBoundsError(PtoError, IndexError):
     index_select, ...): found when the kernel runs, since index values exist only then."""
 
 
+class FormatError(PtoError):
+    """A tensor argument's storage format (ND / FRACTAL_NZ) does not match its annotation, or is one
+    pypto_lab does not model."""
+
+
 class OptionError(PtoError):
     """An unknown option key or value."""
 
@@ -98,6 +103,15 @@ class SymbolicIndexError(PtoError, IndexError):
 
 class PtoWarning(UserWarning):
     """Base class of pypto_lab.pto's warnings: likely mistakes that may also be intended."""
+
+
+class InPlaceUpdateWarning(PtoWarning):
+    """A kernel argument read before the kernel writes it: an in-place update (legal), or an output
+    allocated uninitialised whose garbage is read."""
+
+
+class ViewBeyondTensorWarning(PtoWarning):
+    """A view whose window reaches past the end of its tensor: the part outside holds no data."""
 
 
 class UnwrittenOutputWarning(PtoWarning):

@@ -29,7 +29,7 @@ REDUCTIONS = ("amax", "amin", "sum")
 # ops that do not tile element-wise: one group each, costed and computed by `special.REGISTRY`
 SPECIAL_KINDS = ("gather", "index_select", "scatter_update", "scatter", "scatter_", "index_add", "index_add_",
                  "topk", "argsort", "argreduce", "cumulative", "prod", "random", "index_put_", "conv", "gathermask", "interleave", "bitcast", "atomic_add",
-                 "gather_in_ub")
+                 "gather_in_ub", "update")
 
 
 def _jsonable(v):
@@ -85,6 +85,8 @@ class TensorGraph:
     params: list[int] = field(default_factory=list)     # node ids of the tensor arguments, in order
     param_names: list[str] = field(default_factory=list)
     returns: list[int] = field(default_factory=list)    # node ids of returned tensors (frontend.jit)
+    # computed tensors written in place by a symbolic loop's body (`ops._assemble_carried`): buffers
+    carried: set[int] = field(default_factory=set)
 
     def add(self, op, inputs, shape, dtype, attrs=None, vec_tile=None, cube_tile=None, loop="", where="") -> Node:
         n = Node(len(self.nodes), op, tuple(inputs), tuple(int(s) for s in shape), dtype, attrs or {},

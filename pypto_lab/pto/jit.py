@@ -8,6 +8,7 @@ numerics and leaves the simulated run in ``kernel.last_run``.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import functools
 import inspect
 import time
@@ -20,7 +21,7 @@ import torch
 from ..files.atomic import write_json_atomic
 from ..hw.chip import DEFAULT_CHIP, PIPES, Chip, get_chip
 from ..hw.simulator import simulate
-from . import config, loops, ops, sim_output
+from . import config, extras, formats, loops, ops, sim_output
 from .blocks import BlockGraph, build_block_graph, cube_core_ids, n_core_ids, vector_core_ids
 from .dtypes import RunMode, SymbolicDim, bind_dims, from_torch
 from .errors import NoNPUError, ShapeError, TraceError, UnwrittenOutputWarning
@@ -32,6 +33,8 @@ from .schedule import ExecuteGraph, build_execute_graph
 from .special import REGISTRY as SPECIAL_OPS
 from .tensor import Tensor, Trace, spec_matches
 from .tiling import TileGraph, build_tile_graph
+
+COMPILE_SECONDS = [0.0]   # seconds spent compiling kernels in this process (pypto_impl.GetCompilerMonitorTotalElapsed)
 
 
 def lower(graph: TensorGraph, chip: Chip, double_buffer: bool) -> tuple[TileGraph, BlockGraph, ExecuteGraph]:
@@ -80,6 +83,7 @@ def _measure(chip: Chip, graph: TensorGraph, tg: TileGraph, bg: BlockGraph, eg: 
                     ref = nodes[n.inputs[0]].shape if n.op in ("amax", "amin", "sum") else n.shape
                     flops += float(torch.Size(ref).numel())
             traffic += sum(torch.Size(nodes[t].shape).numel() * nodes[t].dtype.bytes for t in g.loads)
+            traffic += sum(2 * torch.Size(nodes[t].shape).numel() * nodes[t].dtype.bytes for t in g.spill)
             traffic += sum(torch.Size(nodes[t].shape).numel() * nodes[t].dtype.bytes for t, _, _ in g.stores)
         groups.append({"group": g.id, "kind": g.kind, "ops": g.label(graph),
                        "tasks": g.n_tasks, "cores": len(bg.assign[g.id])})
@@ -115,9 +119,19 @@ class CompiledKernel:
         self.wave = wave or {}
         self.paths = paths or []
         self.double_buffer = double_buffer
+        self.guards: list = []   # conditions on argument data this trace took (`loops.record_kernel_guard`)
         self._base: dict | None = None
         self._reduced: dict = {}
         self._results: dict = {}
+
+    def guards_hold(self, args: list) -> bool:
+        """Whether the branches on argument data this trace took are those ``args`` take."""
+        if not self.guards:
+            return True
+        from .execute import _Run
+
+        env = dict(zip(self.tensor_graph.params, args))
+        return bool(loops.guards_hold(self.guards, {}, _Run(self.tensor_graph, env, {}).read))
 
     @property
     def stages(self) -> dict:
@@ -207,13 +221,15 @@ class CompiledKernel:
         else:
             frac, bound = (total["traffic"] / (cycles * chip.hbm_bytes_per_cycle()) if cycles else 0.0), "memory"
         tl = base["timeline"]
+        # the roofline: the Cube's flops at its peak for their dtype, or the GM bytes at HBM bandwidth
+        roof_s = builtins.max(float(total["cube_time"]), float(total["traffic"]) / (chip.hbm_gbps * 1e9))
         return RunResult(
             name=self.name, chip=chip.name, cycles=cycles, time_us=time_us,
             pipe_busy={p: max(0.0, float(total["busy"][i])) for i, p in enumerate(PIPES)},
             pipe_busy_max_core={p: max(0.0, float(total["busy_max"][i])) for i, p in enumerate(PIPES)},
             buffer_peak=dict(base["peak"]), flops=float(total["flops"]), gm_bytes=float(total["traffic"]),
             fraction_of_peak=frac, bound=bound, cores_used=self.block_graph.cores_used(), groups=base["groups"],
-            timeline=tl, _chip=chip, loops=loop_info, simulated_cycles=base["cycles"],
+            timeline=tl, _chip=chip, loops=loop_info, simulated_cycles=base["cycles"], roofline_us=roof_s * 1e6,
             loop_spans=self._loop_spans(tl) if loop_info and exact is None else [])
 
     def _loop_spans(self, tl) -> list[dict]:
@@ -318,14 +334,19 @@ class JitKernel:
         chip = self._chip()
         bound = self.signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        tensors, others, bindings = [], [], {}
+        tensors, others, bindings, formats_in = [], [], {}, {}
         for name, value in bound.arguments.items():
             ann = self.signature.parameters[name].annotation
             if isinstance(value, torch.Tensor):
-                if value.device.type != "cpu":
+                if not value.is_cpu:   # (a stand-in NPU tensor reports device npu but holds its data on the CPU)
                     raise TraceError(f"argument {name!r} is on {value.device}: pypto_lab runs in SIM mode on the CPU; "
                                      "pass CPU tensors")
                 dt = from_torch(value.dtype, f"argument {name!r}")
+                fmt = formats.storage_format(value)
+                formats.check_argument(name, value, ann, fmt)
+                if fmt == formats.NZ:
+                    formats.check_nz_shape(name, value.shape, value.element_size())
+                    formats_in[name] = fmt
                 if isinstance(ann, Tensor):
                     why = spec_matches(ann, value.shape, dt)
                     if why:
@@ -348,22 +369,36 @@ class JitKernel:
         st = config.STATE
         key = (chip.name, tuple((n, tuple(v.shape), dt.name) for n, v, dt in tensors),
                tuple((n, _freeze(v)) for n, v in others), st.vec_tile, st.cube_tile,
-               _freeze(st.pass_options), _freeze(self.pass_options), _freeze(bindings))
-        compiled = self._cache.get(key)
+               _freeze(st.pass_options), _freeze(self.pass_options), _freeze(bindings), _freeze(formats_in))
+        # one signature may hold several traces: one per path its argument data took through
+        # branches on that data (`loops.record_kernel_guard`); the first whose guards hold runs
+        variants = self._cache.setdefault(key, [])
+        args = [v for _, v, _ in tensors]
+        compiled = next((c for c in variants if c.guards_hold(args)), None)
         if compiled is None:
-            compiled = self._cache[key] = self._compile(chip, bound, tensors, bindings)
+            compiled = self._compile(chip, bound, tensors, bindings, formats_in)
+            variants.append(compiled)
         self.last_compiled = compiled
         counts: dict = {}
-        env = run_graph(compiled.tensor_graph, [v for _, v, _ in tensors], counts)
+        computed = config.values_computed()
+        env = run_graph(compiled.tensor_graph, [v for _, v, _ in tensors], counts, compute=computed)
         self.last_run = compiled.run_result(counts)
+        if not computed:
+            self.last_run = dataclasses.replace(self.last_run, values_computed=False)
         # as the real SIM launcher does after every launch: the cost model's swimlane under ./output/
         self.last_run.swimlane_path = sim_output.write_swimlane(self.last_run)
+        verify = getattr(compiled, "verify_requests", None)
+        if verify or extras._GOLDENS["goldens"] is not None:
+            opts = dict(config.STATE.section_options.get("verify", {}))
+            opts.update(self.other_options.get("verify_options") or {})
+            extras.after_call(self.__name__, verify or [], env, [v for _, v, _ in tensors],
+                              bool(opts.get("enable_pass_verify", False)) and computed)
         rets = [env[r] for r in compiled.tensor_graph.returns]
         if not rets:
             return None
         return rets[0] if len(rets) == 1 else tuple(rets)
 
-    def _compile(self, chip: Chip, bound, tensors, bindings) -> CompiledKernel:
+    def _compile(self, chip: Chip, bound, tensors, bindings, formats_in=None) -> CompiledKernel:
         t0 = time.perf_counter()
         st = config.STATE
         saved = (st.vec_tile, st.cube_tile, st.cube_tile_raw, dict(st.pass_options), st.trace, st.semantic_label)
@@ -375,7 +410,10 @@ class JitKernel:
             with bind_dims(bindings):
                 call_args = dict(bound.arguments)
                 for name, value, dt in tensors:
-                    node = graph.add("param", [], value.shape, dt, {"name": name})
+                    attrs = {"name": name}
+                    if formats_in and name in formats_in:
+                        attrs["format"] = formats_in[name]
+                    node = graph.add("param", [], value.shape, dt, attrs)
                     trace.data[node.id] = value
                     graph.params.append(node.id)
                     graph.param_names.append(name)
@@ -405,8 +443,12 @@ class JitKernel:
         else:
             copies, wave, cost_graph, paths = {}, {}, graph, []
         tg, bg, eg = lower(cost_graph, chip, double_buffer)
-        return CompiledKernel(self.func.__name__, chip, graph, tg, bg, eg, time.perf_counter() - t0,
-                              cost_graph, copies, paths, double_buffer, wave)
+        COMPILE_SECONDS[0] += time.perf_counter() - t0
+        ck = CompiledKernel(self.func.__name__, chip, graph, tg, bg, eg, time.perf_counter() - t0,
+                            cost_graph, copies, paths, double_buffer, wave)
+        ck.guards = list(trace.kernel_guards)
+        ck.verify_requests = list(getattr(getattr(trace, "verify", None), "requests", []))
+        return ck
 
     # ---- inspection ----
     @property
@@ -423,7 +465,7 @@ class JitKernel:
         return self.last_compiled.dump_stages(directory)
 
     def cache_info(self) -> dict:
-        return {"entries": len(self._cache), "traces": self.trace_count}
+        return {"entries": sum(len(v) for v in self._cache.values()), "traces": self.trace_count}
 
     def clear_cache(self) -> None:
         self._cache.clear()

@@ -76,6 +76,24 @@ def record_guard(expr: SymbolicScalar, truth: bool) -> None:
 symbolic.GUARD_HOOK = record_guard
 
 
+def record_kernel_guard(expr: SymbolicScalar, truth: bool) -> bool:
+    """A value read from the kernel's argument data used as a Python value outside any symbolic loop
+    (``if start_pos % ratio + s1 < ratio:`` in a short, unrolled loop): the real frontend compiles
+    both branches into the kernel and picks one when it runs; here the trace takes the branch the
+    data of this call takes, and records the condition as a *kernel guard*: a later call whose data
+    takes another path is traced again (`jit`), so each call runs, and is costed, as its data go."""
+    tr = config.STATE.trace
+    if tr is None:
+        return False
+    text = str(expr)
+    if not any(str(g[0]) == text for g in tr.kernel_guards):
+        tr.kernel_guards.append((expr, bool(expr.hint) if truth else int(expr.hint), truth, tr.where()))
+    return True
+
+
+symbolic.KERNEL_GUARD_HOOK = record_kernel_guard
+
+
 def guards_hold(guards, idx: dict, read=None):
     """True (or a boolean array when ``idx`` holds arrays) where every guard comes out as traced."""
     ok = True
@@ -213,6 +231,7 @@ def expand(graph: TensorGraph, copies: dict) -> tuple[TensorGraph, list[tuple]]:
     out.params = [remap[p] for p in graph.params]
     out.param_names = list(graph.param_names)
     out.returns = [remap[r] for r in graph.returns]
+    out.carried = {remap[c] for c in graph.carried if c in remap}
     return out, paths
 
 

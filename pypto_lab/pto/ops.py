@@ -11,6 +11,7 @@ import builtins
 import functools
 import math
 import sys
+import warnings
 
 from . import config
 from .dtypes import DT_BOOL, DT_FP32, DT_INT32, STORAGE_ONLY, SymbolicDim, as_dtype, dim_value
@@ -22,6 +23,7 @@ from .errors import (
     ShapeError,
     TileRankError,
     TraceError,
+    ViewBeyondTensorWarning,
 )
 from .precision import PrecisionType, record
 from .symbolic import SymbolicScalar, hint_of, is_symbolic
@@ -105,6 +107,10 @@ def _fscalar(v):
 
 
 def _binary(op: str, a, b):
+    from .element import Element
+
+    a = a.value if isinstance(a, Element) else a   # pypto.Element(dtype, v): the scalar v
+    b = b.value if isinstance(b, Element) else b
     if isinstance(a, _SCALAR + (SymbolicScalar,)) and isinstance(b, _SCALAR + (SymbolicScalar,)):
         return {"add": a + b, "sub": a - b, "mul": a * b, "div": a / b}[op]
     tr = current_trace(f"pypto.{op}")
@@ -260,14 +266,30 @@ def sum(input, dim=-1, keepdim=False):
 
 
 def cast(input, dtype, mode=None, satmode=None):
-    """``input`` converted to ``dtype`` (round to nearest even)."""
+    """``input`` converted to ``dtype``: the rounding of ``mode`` (`CastMode`; ``CAST_NONE``, the
+    default, is TRUNC from a float to an integer and RINT otherwise) and, to an integer, the overflow
+    rule of ``satmode`` (`SaturationMode`: OFF wraps, ON clamps). `cast_rules` has the details."""
+    from .enums import CastMode, SaturationMode
+
     tr = current_trace("pypto.cast")
     x = _tensor(input, "cast")
     dt = as_dtype(dtype, "cast dtype")
-    if dt is x.dtype:
+    if mode is not None and not isinstance(mode, CastMode):
+        raise DTypeError(f"pypto.cast(..., mode={mode!r}): not a CastMode. Rule: mode is one of pypto.CastMode "
+                         f"({', '.join(m.name for m in CastMode)}). Fix: e.g. mode=pypto.CastMode.CAST_RINT")
+    if satmode is not None and not isinstance(satmode, SaturationMode):
+        raise DTypeError(f"pypto.cast(..., satmode={satmode!r}): not a SaturationMode. Rule: satmode is "
+                         "pypto.SaturationMode.OFF or .ON. Fix: satmode=pypto.SaturationMode.ON to clamp")
+    explicit = mode is not None and mode is not CastMode.CAST_NONE
+    if dt is x.dtype and not (explicit and dt.torch.is_floating_point):
         return x
     _vec_check("cast", x.shape, [x.dtype, dt])
-    out = tr.new("cast", [x._id], x.shape, dt, {"src": x.dtype.name}, vec=True)
+    attrs = {"src": x.dtype.name}
+    if mode is not None:
+        attrs["mode"] = mode
+    if satmode is not None:
+        attrs["satmode"] = satmode
+    out = tr.new("cast", [x._id], x.shape, dt, attrs, vec=True)
     tr.note_read(x._id, out._id)
     return out
 
@@ -316,9 +338,21 @@ def reshape(input, shape, *, valid_shape=None, inplace=False):
         raise ShapeError(f"reshape of shape {x.shape} ({n} elements) to {shape} ({math.prod(shape)} elements): "
                          "the number of elements must stay the same")
     attrs = {}
+    if valid_shape is not None:
+        if len(valid_shape) != len(shape):
+            raise ShapeError(f"reshape: valid_shape {list(valid_shape)} for shape {list(shape)}. Rule: one valid size "
+                             "per axis of the new shape")
+        # the valid part of the result (what a view with a valid shape holds, reshaped), applied when
+        # the kernel runs
+        attrs["valid_shape"] = tuple(v if is_symbolic(v) else int(_as_int(v)) for v in valid_shape)
     reg = tr.gm_region(x._id)
     out = tr.new("reshape", [x._id], shape, x.dtype, attrs)
-    if reg is not None:
+    xn = tr.graph.nodes[x._id]
+    if reg is not None and reg[0] == x._id and not attrs:
+        # a whole GM tensor reshaped (in place or not, it is the same memory seen with another
+        # shape: the real framework writes through it): writes into it land in the original
+        tr.aliases[out._id] = tr.aliases.get(x._id, x._id) if xn.op == "reshape" else x._id
+    elif reg is not None:
         tr.note_read(x._id, out._id)
     return out
 
@@ -328,23 +362,46 @@ def view(input, shape=None, offsets=None, *, valid_shape=None, dtype=None):
     tr = current_trace("pypto.view")
     x = _tensor(input, "view")
     if dtype is not None:
-        raise TraceError("pypto.view: dtype= (reinterpretation) is not supported by pypto_lab")
+        if shape is not None or offsets is not None or valid_shape is not None:
+            x = view(x, shape, offsets, valid_shape=valid_shape)
+        return _reinterpret(tr, x, as_dtype(dtype, "view dtype"))
     shape = list(x.shape) if shape is None else [int(_as_int(s)) for s in shape]
     offsets = [0] * len(shape) if offsets is None else [_offset(o) for o in offsets]
     if valid_shape is not None:
-        # shapes are concrete here: the valid part (the tail tile of a dynamic loop) is the view
-        shape = _valid(shape, valid_shape, "view")
+        _valid(shape, valid_shape, "view")   # checked; the view keeps its shape, its valid part is recorded
     if len(shape) != x.ndim or len(offsets) != x.ndim:
         raise ShapeError(f"view of a rank-{x.ndim} tensor needs {x.ndim} sizes and offsets; got shape {shape}, "
                          f"offsets {offsets}")
+    run_valid = valid_of(valid_shape, shape)
+    implicit = {}
     for d, (o, s, n) in enumerate(zip(offsets, shape, x.shape)):
         h = hint_of(o)
-        if s <= 0 or (h is not None and (h < 0 or h + s > n)):
+        v = run_valid[d] if run_valid is not None else None
+        if v is None and h is not None and 0 <= h < n and h + s > n:
+            # a window reaching past the end of the tensor (the DeepSeek-V4 sparse attention views
+            # 1,024 block-table entries of a row of 16): the real framework takes it; only the part
+            # inside the tensor holds data (on the NPU the rest is whatever memory follows), so that
+            # part is the view's valid part
+            implicit[d] = n - o
+            continue
+        # a valid size read from tensor data bounds the window instead of the shape (the real
+        # framework moves only the valid part: a 256-row view of which 128 rows are valid may start
+        # 128 rows before the end); it is checked again when the kernel runs
+        s_used = s if v is None else hint_of(v)
+        if s <= 0 or (h is not None and s_used is not None and (h < 0 or h + builtins.min(s, s_used) > n)):
             at = f"{o} (= {h} in the iteration traced)" if is_symbolic(o) else f"{o}"
             raise ShapeError(f"view: dimension {d} takes {s} elements from offset {at} of a dimension of size {n}; "
-                             f"the rule is 0 <= offset and offset + size <= {n}")
+                             f"the rule is 0 <= offset and offset + size <= {n}"
+                             + (" (the size being the valid size when that is known only at run time)" if v is not None
+                                else ""))
+    if implicit:
+        run_valid = tuple(implicit.get(d, run_valid[d] if run_valid is not None else None) for d in range(len(shape)))
+        warnings.warn(ViewBeyondTensorWarning(
+            f"view of {list(shape)} at offsets {[str(o) for o in offsets]} reaches past the end of a tensor of shape "
+            f"{list(x.shape)} on axes {sorted(implicit)} ({tr.where()}): only the part inside the tensor holds data "
+            "(its valid part); ops after it compute on that part. If this is not intended, shrink the view"),
+            stacklevel=2)
     attrs = {"offsets": tuple(offsets)}
-    run_valid = valid_of(valid_shape)
     if run_valid is not None:
         attrs["valid_shape"] = run_valid
     elif all(not is_symbolic(o) and o == 0 for o in offsets) and shape == x.shape:
@@ -354,6 +411,22 @@ def view(input, shape=None, offsets=None, *, valid_shape=None, dtype=None):
         attrs["root"] = reg[0]
         attrs["root_offsets"] = tuple(a + b for a, b in zip(reg[1], offsets))
     out = tr.new("view", [x._id], shape, x.dtype, attrs)
+    return out
+
+
+def _reinterpret(tr, x, dt):
+    """``pypto.view(x, dtype=dt)``: the bytes of each row read as ``dt`` (the last axis scales by the
+    ratio of the element sizes, as in the docs' fp32 -> int8 example); a copy through UB here."""
+    if dt is x.dtype:
+        return x
+    last = x.shape[-1] * x.dtype.bytes
+    if last % dt.bytes:
+        raise ShapeError(f"pypto.view(dtype={dt!r}): a row of {x.shape[-1]} {x.dtype!r} is {last} bytes, not whole "
+                         f"{dt!r} elements ({dt.bytes} bytes each). Rule: the last axis's bytes divide by the new "
+                         "element size. Fix: view a wider or narrower slice first")
+    shape = list(x.shape[:-1]) + [last // dt.bytes]
+    out = tr.new("bitcast", [x._id], shape, dt, {"rows": True})
+    tr.note_read(x._id, out._id)
     return out
 
 
@@ -370,14 +443,23 @@ def assemble(input, offsets, out=None, parallel=False):
     offsets = [_offset(o) for o in offsets]
     reg = tr.gm_region(dst._id)
     if reg is None:
-        raise TraceError("assemble: the destination must be a kernel argument or a pypto.tensor (or a slice of one); "
-                         "computed values cannot be written into")
+        through = _squeezed_gm(tr, dst)
+        if through is not None:   # x[b, n] of a GM tensor, squeezed: write into that GM window
+            base, keep = through
+            full_off = [0] * base.ndim
+            full_shape = [1] * base.ndim
+            for k, d in enumerate(keep):
+                full_off[d] = offsets[k] if k < len(offsets) else 0
+                full_shape[d] = src.shape[k]
+            return assemble(reshape(src, full_shape), full_off, base)
+        return _assemble_into_value(tr, src, offsets, dst)
     if src.ndim != dst.ndim or len(offsets) != dst.ndim:
         raise ShapeError(f"assemble: source shape {src.shape}, offsets {offsets} and destination shape {dst.shape} "
                          "must have the same rank")
+    partial = src._id in tr.partial   # holds its valid part only, known when the kernel runs: checked then
     for d, (o, s, n) in enumerate(zip(offsets, src.shape, dst.shape)):
         o = hint_of(o)
-        if o is not None and (o < 0 or o + s > n):
+        if o is not None and (o < 0 or (o + s > n and not partial)):
             raise ShapeError(f"assemble: source of shape {src.shape} at offsets {offsets} does not fit the destination "
                              f"of shape {dst.shape} (dimension {d}: {o} + {s} > {n}). Fix the offsets or slice the source")
     if src.dtype is not dst.dtype:
@@ -389,6 +471,60 @@ def assemble(input, offsets, out=None, parallel=False):
                                                                          "root_offsets": abs_off})
     tr.note_read(src._id, node._id)
     tr.note_write(root, abs_off, src.shape, node._id)
+    return None
+
+
+def _squeezed_gm(tr, dst):
+    """(the GM view, its axes dst keeps) when ``dst`` is a reshape of a view of GM that only drops
+    axes of size 1 (``states[b, n]`` of a [B, N, D, D] argument): the same memory, written through."""
+    n = tr.graph.nodes[dst._id]
+    if n.op != "reshape" or n.attrs:
+        return None
+    src_id = n.inputs[0]
+    if tr.gm_region(src_id) is None:
+        return None
+    shape = tr.graph.nodes[src_id].shape
+    keep = [d for d, s in enumerate(shape) if s != 1]
+    if [shape[d] for d in keep] != [s for s in n.shape if s != 1] or len(n.shape) != len(keep):
+        return None
+    return Tensor._bound(tr, src_id), keep
+
+
+def _assemble_into_value(tr, src, offsets, dst):
+    """``assemble`` into a tensor the kernel computed (not GM): as in the real framework, where a
+    logical tensor can be written in place (``last_state[:] = cur_state`` in Qwen3-Next), the handle
+    ``dst`` then denotes the written tensor: an ``update`` node (dst with the window replaced), which
+    every later use of that pypto.Tensor object reads."""
+    if src.ndim != dst.ndim or len(offsets) != dst.ndim:
+        raise ShapeError(f"assemble: source shape {src.shape}, offsets {offsets} and destination shape {dst.shape} "
+                         "must have the same rank")
+    if src.dtype is not dst.dtype:
+        raise DTypeError(f"assemble: source dtype {src.dtype!r} differs from the destination's {dst.dtype!r}. "
+                         f"Fix: pypto.cast(x, {dst.dtype!r}) before writing it")
+    for d, (o, s_, n_) in enumerate(zip(offsets, src.shape, dst.shape)):
+        h = hint_of(o)
+        if h is not None and (h < 0 or (h + s_ > n_ and src._id not in tr.partial)):
+            raise ShapeError(f"assemble: source of shape {src.shape} at offsets {offsets} does not fit the destination "
+                             f"of shape {dst.shape} (dimension {d}: {h} + {s_} > {n_}). Fix the offsets or slice the "
+                             "source")
+    if tr.sym_loops and dst._id < tr.sym_loops[-1].node:
+        return _assemble_carried(tr, src, offsets, dst)
+    out = tr.new("update", [dst._id, src._id], dst.shape, dst.dtype, {"offsets": tuple(offsets)}, vec=True)
+    dst._trace, dst._id = out._trace, out._id
+    return None
+
+
+def _assemble_carried(tr, src, offsets, dst):
+    """``acc[:] = pypto.add(acc, part)`` in the body of a symbolic loop (traced once), ``acc`` computed
+    before the loop (``pypto.full``): a value carried from iteration to iteration. As in the real
+    framework, where the body is one function and a tensor it writes that lives outside it is memory
+    the iterations share, ``acc`` becomes a buffer (its value lives in GM: `graph.carried`) and the
+    write an ``assemble`` into it; each iteration reads what the previous one wrote, and what follows
+    the loop reads the last write. Such a loop runs iteration by iteration (`batched.plan`)."""
+    tr.graph.carried.add(dst._id)
+    node = tr.new("assemble", [src._id, dst._id], src.shape, src.dtype,
+                  {"offsets": tuple(offsets), "root": dst._id, "root_offsets": tuple(offsets), "carried": True})
+    tr.note_read(src._id, node._id)
     return None
 
 
@@ -449,7 +585,7 @@ def matmul(input, mat2, out_dtype=None, *, a_trans=False, b_trans=False, c_matri
             f"matmul {list(a.shape)} @ {list(b.shape)} is traced before any cube tile shape is set. Rule: the Cube "
             "works on tiles set by pypto.set_cube_tile_shapes([m_l0, m_l1], [k_l0, k_l1], [n_l0, n_l1]). Fix: call "
             "e.g. pypto.set_cube_tile_shapes([64, 64], [64, 256], [64, 64]) before it")
-    check_cube_tile(tr.chip, tile, a.dtype, m, ka, n, f"matmul {list(a.shape)} @ {list(b.shape)}")
+    check_cube_tile(tr.chip, tile, a.dtype, m, ka, n, f"matmul {list(a.shape)} @ {list(b.shape)}", a_trans=bool(a_trans))
     inputs = [a._id, b._id]
     if bias is not None:
         if bias.shape[-1] != n or math.prod(bias.shape) != n:
@@ -698,11 +834,21 @@ def _valid(shape, valid_shape, op):
     return vs
 
 
-def valid_of(valid_shape):
-    """The run-time valid sizes to record on a node (None when all are known while tracing)."""
-    if valid_shape is None or not any(is_symbolic(v) for v in valid_shape):
+def valid_of(valid_shape, shape=None):
+    """The valid sizes to record on a node: per axis a SymbolicScalar (known when the kernel runs),
+    an int smaller than the axis (known now), or None (the whole axis); None when the whole
+    tensor is valid. A tensor with a valid part holds only that part when the kernel runs (the
+    real tile computes on its valid shape; beyond it, memory is undefined)."""
+    if valid_shape is None:
         return None
-    return tuple(v if is_symbolic(v) else None for v in valid_shape)
+    out = []
+    for d, v in enumerate(valid_shape):
+        if is_symbolic(v):
+            out.append(v)
+        else:
+            iv = int(_as_int(v))
+            out.append(iv if shape is not None and iv < shape[d] else None)
+    return tuple(out) if any(v is not None for v in out) else None
 
 
 def full(size, fill_value, dtype=None, *, valid_shape=None):
@@ -714,10 +860,14 @@ def full(size, fill_value, dtype=None, *, valid_shape=None):
     dt = as_dtype(dtype, "full dtype") if dtype is not None else (
         DT_BOOL if isinstance(v, bool) else DT_INT32 if isinstance(v, int) else DT_FP32)
     shape = [dim_value(s) if not isinstance(s, int) else s for s in size]
+    attrs = {"value": float(v)}
     if valid_shape is not None:
-        shape = _valid(shape, valid_shape, "full")
+        _valid(shape, valid_shape, "full")
+        run_valid = valid_of(valid_shape, shape)
+        if run_valid is not None:   # the tensor holds its valid part (known now or when the kernel runs)
+            attrs["valid_shape"] = run_valid
     _vec_check("full", shape, [dt])
-    return tr.new("full", [], shape, dt, {"value": float(v)}, vec=True)
+    return tr.new("full", [], shape, dt, attrs, vec=True)
 
 
 def zeros(size, dtype=DT_FP32, *, valid_shape=None):

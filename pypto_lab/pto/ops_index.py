@@ -19,6 +19,7 @@ from . import special
 from .errors import DTypeError, IndexBoundsError, ShapeError, TraceError
 from .ops import _norm_dim, _tensor, _vec_check
 from .special import chunks, copy_key, reps, rows_per_task, vkey
+from .symbolic import SymbolicScalar
 from .tensor import check_dtype_same, current_trace
 
 _INDEX_DTYPES = ("int32", "int64")
@@ -167,7 +168,8 @@ def scatter_update(input, dim: int, index, src):
     Only the indexed rows move: MTE2 of the src tile and the indices, one MTE3 per row."""
     tr = current_trace("pypto.scatter_update")
     x, idx, s = (_tensor(t, "scatter_update") for t in (input, index, src))
-    _check_dtype("scatter_update", x, _UPDATE_DT)
+    # the docs list DT_FP32/FP16/BF16/INT32/INT16, but the framework's ScatterUpdate checks only the
+    # index's dtype (vector/indexing.cpp at 883e7df): rows of any dtype move (the models' int8 caches)
     _check_index("scatter_update", idx, ("int64", "int32", "int16"))
     check_dtype_same("scatter_update", x, s)
     if dim not in (-2, x.ndim - 2):
@@ -471,7 +473,8 @@ def gather_in_ub(param, indices, block_table, block_size: int, axis: int = -2):
     the real API; this module does not own the experimental namespace.)"""
     tr = current_trace("pypto.experimental.gather_in_ub")
     p, idx, bt = (_tensor(t, "gather_in_ub") for t in (param, indices, block_table))
-    _check_dtype("gather_in_ub", p, ("fp32", "fp16"), "param")
+    # the docs list DT_FP32 / DT_FP16; the real models gather int8 keys and bf16 caches with it too
+    _check_dtype("gather_in_ub", p, ("fp32", "fp16", "bf16", "int8"), "param")
     _check_index("gather_in_ub", idx, ("int32",))
     _check_dtype("gather_in_ub", bt, ("int32",), "block_table")
     if axis not in (-2, 0):
@@ -482,25 +485,46 @@ def gather_in_ub(param, indices, block_table, block_size: int, axis: int = -2):
                          "block_size >= 1")
     shape = [idx.shape[1], p.shape[1]]
     _vec_check("gather_in_ub", shape, [p.dtype])
-    out = tr.new("gather_in_ub", [p._id, idx._id, bt._id], shape, p.dtype, {"block_size": int(block_size)}, vec=True)
+    src, attrs = _paged_source(tr, p)
+    attrs["block_size"] = int(block_size)
+    out = tr.new("gather_in_ub", [src, idx._id, bt._id], shape, p.dtype, attrs, vec=True)
     for t in (p, idx, bt):
         tr.note_read(t._id, out._id)
     return out
 
 
+def _paged_source(tr, p) -> tuple[int, dict]:
+    """The tensor a paged gather reads: on the NPU the ``param`` of gather_in_ub / gather_in_l1 is an
+    address in GM, and the physical rows it reads are counted from the start of ``param``, wherever
+    they are (the DeepSeek-V4 sparse attention passes a view of the first rows of the whole cache).
+    So a view (at offsets known now) of a kernel argument or buffer is read through its root: the rows
+    from the view's first row on, the columns the view holds."""
+    reg = tr.gm_region(p._id)
+    n = tr.graph.nodes[p._id]
+    if n.op == "view" and reg is not None and not any(isinstance(o, SymbolicScalar) for o in reg[1]):
+        return reg[0], {"param_offsets": tuple(int(o) for o in reg[1]), "param_cols": int(n.shape[1])}
+    return p._id, {}
+
+
 def _run_gather_in_ub(n, ins, graph):
     p, idx, bt = ins
+    if "param_offsets" in n.attrs:   # read through the root of a view (see _paged_source)
+        r0, c0 = n.attrs["param_offsets"]
+        p = p[r0:, c0:c0 + n.attrs["param_cols"]]
     bs = n.attrs["block_size"]
+    what = n.attrs.get("what", "gather_in_ub")
     tok = idx.reshape(-1).long()
-    _bounds("gather_in_ub", (tok // bs).reshape(1, -1), bt.shape[1], 1)  # the logical block of each token
+    _bounds(what, (tok // bs).reshape(1, -1), bt.shape[1], 1)  # the logical block of each token
     rows = bt[0].long()[tok // bs] * bs + tok % bs
-    _bounds("gather_in_ub (physical row)", rows.reshape(1, -1), p.shape[0], 0)
-    return p[rows]
+    _bounds(f"{what} (physical row)", rows.reshape(1, -1), p.shape[0], 0)
+    out = p[rows]
+    size = n.attrs.get("size")
+    return out[:, :size].contiguous() if size is not None else out
 
 
 def _tasks_gather_in_ub(n, nodes, chip):
     p = nodes[n.inputs[0]]
-    k, hidden = n.shape
+    k, hidden = n.shape   # (gather_in_l1: the first `size` columns of each row)
     bt = nodes[n.inputs[2]]
     tasks = []
     for r in chunks(k, rows_per_task(n, hidden)):
@@ -510,4 +534,36 @@ def _tasks_gather_in_ub(n, nodes, chip):
 
 
 special.register("gather_in_ub", _run_gather_in_ub, _tasks_gather_in_ub)
-__all__ += ["gather_in_ub"]
+
+
+def gather_in_l1(src, indices, block_table, block_size: int, size: int, is_b_matrix: bool = False,
+                 is_trans: bool = False):
+    """``pypto.experimental.gather_in_l1``: the first ``size`` columns of the rows of the paged
+    tensor ``src`` [token_size, hidden] holding the tokens ``indices`` [1, k] (token t: row
+    ``block_table[0, t // block_size] * block_size + t % block_size``), moved to L1 as a matmul
+    operand; output [k, size] (``is_b_matrix`` / ``is_trans`` say how the Cube will read it and
+    are recorded). Numerics: a row gather. Cost: one MTE2 transfer of ``size`` elements per row,
+    as gather_in_ub's (the real op lands in L1, not UB: the same GM traffic)."""
+    tr = current_trace("pypto.experimental.gather_in_l1")
+    p, idx, bt = (_tensor(t, "gather_in_l1") for t in (src, indices, block_table))
+    _check_dtype("gather_in_l1", p, ("fp32", "fp16", "bf16", "int8"), "src")
+    _check_index("gather_in_l1", idx, ("int32", "int64"))
+    _check_dtype("gather_in_l1", bt, ("int32",), "block_table")
+    if p.ndim != 2 or idx.ndim != 2 or idx.shape[0] != 1 or bt.ndim != 2 or bt.shape[0] != 1 or int(block_size) < 1:
+        raise ShapeError(f"gather_in_l1: src {p.shape}, indices {idx.shape}, block_table {bt.shape}, block_size "
+                         f"{block_size}. Rule: src [token_size, hidden], indices [1, k], block_table [1, n], "
+                         "block_size >= 1")
+    if not 0 < int(size) <= p.shape[1]:
+        raise ShapeError(f"gather_in_l1: size={size} of rows of {p.shape[1]} columns. Rule: 0 < size <= the "
+                         "source's columns. Fix: size=" + str(p.shape[1]))
+    shape = [idx.shape[1], int(size)]
+    src, attrs = _paged_source(tr, p)
+    attrs.update({"block_size": int(block_size), "size": int(size), "what": "gather_in_l1",
+                  "is_b_matrix": bool(is_b_matrix), "is_trans": bool(is_trans)})
+    out = tr.new("gather_in_ub", [src, idx._id, bt._id], shape, p.dtype, attrs, vec=True)
+    for t in (p, idx, bt):
+        tr.note_read(t._id, out._id)
+    return out
+
+
+__all__ += ["gather_in_ub", "gather_in_l1"]

@@ -152,6 +152,8 @@ def unpack(self, dstDataType):
 
 
 def _run_bitcast(n, ins, graph):
+    if n.attrs.get("rows"):   # pypto.view(x, dtype=...): row by row (the valid rows and bytes the input holds)
+        return ins[0].contiguous().view(n.dtype.torch).clone()
     return ins[0].contiguous().reshape(-1).view(torch.uint8).view(n.dtype.torch).clone()
 
 
@@ -161,6 +163,24 @@ def _tasks_bitcast(n, nodes, chip):
 
 
 special.register("bitcast", _run_bitcast, _tasks_bitcast)
+
+
+# ---- update: a window written into a computed tensor (ops._assemble_into_value) ---------------
+
+def _run_update(n, ins, graph):   # computed in execute (its offsets may be known only at run time)
+    raise AssertionError("update nodes are computed by execute._compute")
+
+
+def _tasks_update(n, nodes, chip):
+    """The tensor passes through UB with the window written: its bytes in and out, the source's in
+    (one task; an upper bound where the real compiler keeps the tensor in UB)."""
+    dst, src = nodes[n.inputs[0]], nodes[n.inputs[1]]
+    nd = math.prod(dst.shape) * dst.dtype.bytes
+    ns = math.prod(src.shape) * src.dtype.bytes
+    return [[("load", nd, 1), ("load", ns, 1), ("store", nd, 1)]]
+
+
+special.register("update", _run_update, _tasks_update)
 
 
 # ---- atomic_add --------------------------------------------------------------------------------

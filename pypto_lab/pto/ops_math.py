@@ -56,7 +56,7 @@ INSTRS = {
     "bitwise_and": (("VAND", "UINT16_UINT16_UINT16"),), "bitwise_or": (("VOR", "UINT16_UINT16_UINT16"),),
     "bitwise_xor": _XOR, "bitwise_not": (("VNOT", "UINT16_UINT16"),),
     "bitwise_left_shift": (("VSHL", "{I}_{I}"),), "bitwise_right_shift": (("VSHR", "{I}_{I}"),),
-    "clone": (("VCOPY", "{C}"),), "axpy": (("VAXPY", "{D}_{D}_{D}"),),
+    "clone": (("VCOPY", "{C}"),), "fillpad": (("VCOPY", "{C}"),), "axpy": (("VAXPY", "{D}_{D}_{D}"),),
     "tril": (("VCMPVS", "{D}_{D}_{D}"), "VSEL"), "triu": (("VCMPVS", "{D}_{D}_{D}"), "VSEL"),  # mask, select
     "prelu": (("VCMPVS", "{D}_{D}_{D}"), "VMUL", "VSEL"),
 }
@@ -116,6 +116,10 @@ def compute(n, ins) -> torch.Tensor:
         return _TORCH[fn](ins[0])
     if fn == "clone":
         return ins[0].clone()
+    if fn == "fillpad":   # the valid part (what the input holds), the rest of the shape filled
+        out = torch.full(n.shape, a["value"], dtype=torch.float64).to(ins[0].dtype)
+        out[tuple(slice(0, s) for s in ins[0].shape)] = ins[0]
+        return out
     if fn in ("tril", "triu"):
         return getattr(torch, fn)(ins[0], int(a["scalar"]))
     if fl:
@@ -299,6 +303,25 @@ def gcd(input, other):
 def clone(input):
     """A copy of ``input`` (VCOPY)."""
     return _math("clone", [input], _FLOAT + _INT + ("bool", "uint8", "int64"))
+
+
+def fillpad(input, mode: str = "constant", value=0):
+    """``input`` at its full shape, the part beyond its valid shape (a view's or reshape's
+    ``valid_shape``, known when the kernel runs) set to ``value`` (docs/zh/api/operation/pypto-fillpad.md:
+    1-2-D, the 'constant' mode only, the value converted to the input's dtype; a copy, VCOPY)."""
+    from .errors import NotModelledError, ShapeError
+
+    x = _tensor(input, "fillpad")
+    if mode != "constant":
+        raise NotModelledError(f"fillpad(mode={mode!r}): the real API supports only 'constant' padding. "
+                               "Fix: mode='constant'")
+    if not 1 <= x.ndim <= 2:
+        raise ShapeError(f"fillpad: input of rank {x.ndim} (shape {x.shape}). Rule: 1-D or 2-D inputs. Fix: "
+                         "pypto.reshape to 2-D first")
+    v = float(value) if isinstance(value, str) else value   # the docs' example passes "-inf"
+    t = _math("fillpad", [x], _FLOAT + _INT + ("uint8", "uint16", "uint32"))
+    t._node().attrs["value"] = float(v) if x.dtype.lab in _FLOAT else int(v)
+    return t
 
 
 def axpy_(y, x, alpha=1.0):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from . import ops as _ops
 from .dtypes import DT_FP32, as_dtype
+from .enums import CastMode, SaturationMode
 from .errors import DTypeError, ShapeError
 from .ops import _tensor, add, cast, mul, reshape, sub
 
@@ -58,7 +59,7 @@ def quantize(input, scale, otype, axis: int = -1, zero_points=None):
     y = mul(x, _scale_view("quantize", x, scale, ax, "scale"))
     if zero_points is not None:
         y = sub(y, _scale_view("quantize", x, zero_points, ax, "zero_points"))
-    return cast(y, ot)
+    return cast(y, ot, CastMode.CAST_RINT, SaturationMode.ON)
 
 
 def dequantize(input, scale, otype=DT_FP32, axis: int = -1, zero_points=None):
@@ -134,7 +135,7 @@ def matmul_with_epilogue(input, mat2, out_dtype, epilogue: dict, **kwargs):
         r = epilogue.get("relu_type")
         if r is not None and "NO_RELU" not in str(getattr(r, "name", r)).upper():
             y = relu(y)
-        out = cast(y, od)  # saturating, round half to even
+        out = cast(y, od, CastMode.CAST_RINT, SaturationMode.ON)  # saturating, round half to even
     finally:
         config.STATE.vec_tile = saved
     return out

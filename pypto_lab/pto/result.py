@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..files.atomic import write_text_atomic
 from ..hw.chip import PIPES, Chip
 from ..hw.simulator import Timeline
@@ -38,6 +40,8 @@ class RunResult:
     simulated_cycles: float = 0.0                         # cycles of the simulated timeline (loops: base copies)
     loop_spans: list[dict] = field(default_factory=list)  # per (loop, variant): its copies' span in the timeline
     swimlane_path: str | None = None                      # the merged_swimlane.json a SIM run writes (`sim_output`)
+    roofline_us: float = 0.0                              # max(Cube flops at peak, GM bytes at HBM bandwidth)
+    values_computed: bool = True                          # False: a cost-only run (`pto.config.cost_only`)
 
     @property
     def instructions(self) -> Timeline:
@@ -49,7 +53,7 @@ class RunResult:
                 "buffer_peak": dict(self.buffer_peak), "flops": self.flops, "gm_bytes": self.gm_bytes,
                 "fraction_of_peak": self.fraction_of_peak, "bound": self.bound, "cores_used": self.cores_used,
                 "groups": self.groups, "instruction_count": len(self.timeline) if self.timeline is not None else 0,
-                "loops": self.loops}
+                "loops": self.loops, "roofline_us": self.roofline_us, "values_computed": self.values_computed}
 
     def summary(self) -> str:
         what = "of the Cube's peak" if self.bound == "cube" else "of HBM bandwidth"
@@ -63,9 +67,20 @@ class RunResult:
 
     __str__ = summary
 
-    def chrome_trace(self) -> dict:
+    def chrome_trace(self, max_events: int | None = None) -> dict:
+        """The swimlane as a Chrome trace. ``max_events``: keep only the instructions that start
+        before the cycle at which that many have started (the trace of a long kernel, millions of
+        instructions, is otherwise gigabytes of JSON); ``otherData["truncated"]`` then says how many
+        there were and up to which cycle the trace is complete."""
         tl, chip = self.timeline, self._chip
         ev = []
+        keep = range(len(tl))
+        truncated = None
+        if max_events is not None and len(tl) > max_events:
+            starts = np.asarray(tl.start)
+            cutoff = float(np.partition(starts, max_events - 1)[max_events - 1])
+            keep = np.flatnonzero(starts < cutoff).tolist()
+            truncated = {"instructions": len(tl), "kept": len(keep), "complete_up_to_cycle": cutoff}
         cores = sorted({int(c) for c in tl.core})
         for c in cores:
             ev.append({"ph": "M", "name": "process_name", "pid": c, "args": {"name": core_name(chip, c)}})
@@ -73,7 +88,7 @@ class RunResult:
             for p, name in enumerate(PIPES):
                 ev.append({"ph": "M", "name": "thread_name", "pid": c, "tid": p, "args": {"name": name}})
         mhz = chip.clock_mhz
-        for i in range(len(tl)):
+        for i in keep:
             dur = (tl.end[i] - tl.start[i]) / mhz
             if dur <= 0:
                 continue
@@ -99,10 +114,12 @@ class RunResult:
                                        f"({v['simulated']} simulated)",
                                "args": {"iterations": v["iterations"], "simulated": v["simulated"],
                                         "marginal_cycles": v["marginal_cycles"], "when": cond}})
-        return {"traceEvents": ev, "displayTimeUnit": "ns",
-                "otherData": {"kernel": self.name, "chip": self.chip, "cycles": self.cycles,
-                              # each group's ops and semantic labels ("exp+sum [softmax]")
-                              "groups": [g["ops"] for g in self.groups]}}
+        other = {"kernel": self.name, "chip": self.chip, "cycles": self.cycles,
+                 # each group's ops and semantic labels ("exp+sum [softmax]")
+                 "groups": [g["ops"] for g in self.groups]}
+        if truncated:
+            other["truncated"] = truncated
+        return {"traceEvents": ev, "displayTimeUnit": "ns", "otherData": other}
 
     def export_chrome_trace(self, path) -> str:
         """Write the swimlane (chrome://tracing, Perfetto) atomically; returns the path."""

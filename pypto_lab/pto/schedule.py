@@ -23,7 +23,7 @@ from ..hw.simulator import PingPong, Program, ProgramArrays
 from . import ops_math, special
 from .blocks import BlockGraph
 from .graph import REDUCTIONS
-from .tiling import TileGraph
+from .tiling import TileGraph, is_moveout_transpose
 
 _BINARY = {"add": ("VADD",), "sub": ("VSUB",), "mul": ("VMUL",), "div": ("VDIV",), "maximum": ("VMAX",),
            "minimum": ("VMIN",), "adds": ("VADDS",), "subs": ("VADDS",), "muls": ("VMULS",), "divs": ("VMULS",),
@@ -204,11 +204,21 @@ def _emit_vector(em: Emitter, g, graph, assign, chip: Chip, barrier: dict) -> No
                     i = em.move(core, p_in, _elems(g.spans[t], tiles[0]) * eb, f"load %{t} GM->UB", (free, bdep), rate_rd)
                     ready[t] = [i] * k
             flush_writebacks(em, core, pending, hbm_share)
+            spill = set(g.spill)
             for nid in g.nodes:
                 n = nodes[nid]
                 if n.op == "assemble":
                     continue
                 ready[nid] = _emit_node(em, core, chip, g, n, nodes, tiles, ready, last)
+                if nid in spill:   # a result larger than UB: out to a GM workspace and back, tile by tile
+                    eb = n.dtype.bytes
+                    back = []
+                    for j, e in enumerate(tiles):
+                        nb = _elems(g.spans[nid], e) * eb
+                        w = em.move(core, p_out, nb, f"spill %{nid} UB->GM", (ready[nid][min(j, len(ready[nid]) - 1)],),
+                                    rate_wr)
+                        back.append(em.move(core, p_in, nb, f"reload %{nid} GM->UB", (w,), rate_rd))
+                    ready[nid] = back
             st = None
             for t, _root, _off in g.stores:
                 eb = nodes[t].dtype.bytes
@@ -259,6 +269,8 @@ def _emit_node(em: Emitter, core: int, chip: Chip, g, n, nodes, tiles, ready, la
         nb = max(src_dt.bytes, n.dtype.bytes)
         return [em.repeats(core, chip, "VCONV", timing, _reps(chip, _elems(g.spans[n.id], e), nb), (ready[ins[0]][j],))
                 for j, e in enumerate(tiles)]
+    if op == "transpose" and is_moveout_transpose(n):   # done by the copy out of UB (`tiling.is_moveout_transpose`)
+        return list(ready[ins[0]])
     if op == "transpose":
         key = "UINT32" if n.dtype.bytes == 4 else "UINT16"
         timing = chip.vector.timing("VGATHER", f"{key}_{key}")

@@ -12,7 +12,10 @@ The top folder is made once per process (``config_manager.cpp``: ``CreateLogTopF
 ``$TILE_FWK_OUTPUT_DIR`` if set, else ``$ASCEND_WORK_PATH/pypto``, else ``output`` under the
 current working directory. Later runs in the same process write into the same folder, so the
 file holds the last run. pypto_lab does the same with ``kernel.last_run.chrome_trace()`` (written
-atomically); ``kernel.last_run.swimlane_path`` says where.
+atomically); ``kernel.last_run.swimlane_path`` says where. A run of more than `MAX_EVENTS`
+instructions (a long loop's simulated waves: millions) writes the instructions that start before
+the cycle at which `MAX_EVENTS` have started, and says so in ``otherData["truncated"]``; the whole
+trace is ``kernel.last_run.chrome_trace()``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 from ..files.atomic import write_text_atomic
 
 SWIMLANE = ("CostModelSimulationOutput", "merged_swimlane.json")
+MAX_EVENTS = 200_000   # about 40 MB of JSON
 
 _top: dict[str, Path] = {}   # resolved base folder -> this process's top folder under it
 
@@ -67,6 +71,6 @@ def write_swimlane(run) -> str:
     path = top_folder().joinpath(*SWIMLANE)
     if _last.get("run") is run and _last.get("path") == path and path.is_file():
         return str(path)
-    out = str(write_text_atomic(path, json.dumps(run.chrome_trace())))
+    out = str(write_text_atomic(path, json.dumps(run.chrome_trace(MAX_EVENTS))))
     _last.update(run=run, path=path)
     return out

@@ -47,6 +47,7 @@ def _vor(a, b):
 
 
 GUARD_HOOK = None   # set by pypto_lab.pto.loops: records a hint used as a Python value as a guard
+KERNEL_GUARD_HOOK = None   # set by pypto_lab.pto.loops: the same for a value read from data outside a symbolic loop
 
 _FN = dict(_BIN, min=_vmin, max=_vmax, **{"and": _vand, "or": _vor})
 
@@ -337,6 +338,9 @@ def _need_value(s: SymbolicScalar, what: str, truth: bool = False):
     """The hint of ``s`` for Python, recorded as a guard of the loop body being traced."""
     if s.kind == "imm":
         return s.args[0]
+    if s.depends_on_data() and s.hint is not None and not s.loop_ids() and KERNEL_GUARD_HOOK is not None \
+            and KERNEL_GUARD_HOOK(s, truth):
+        return s.hint   # a branch on argument data: this trace holds for calls whose data takes it (`loops`)
     if s.depends_on_data() and not (s.hint is not None and s.loop_ids() and GUARD_HOOK is not None
                                     and GUARD_HOOK(s, truth)):
         raise ScalarReadError(

@@ -5,8 +5,10 @@ assignment, ``move``), plus the trace context that records every operation into 
 
 from __future__ import annotations
 
+import math
 import os
 import sys
+import warnings
 
 import numpy as np
 
@@ -23,7 +25,15 @@ from .dtypes import (
     check_representable,
     dim_value,
 )
-from .errors import DTypeError, LoopError, ScalarReadError, ShapeError, TraceError, UnwrittenOutputError
+from .errors import (
+    DTypeError,
+    InPlaceUpdateWarning,
+    LoopError,
+    ScalarReadError,
+    ShapeError,
+    TraceError,
+    UnwrittenOutputError,
+)
 from .graph import TensorGraph
 from .symbolic import ConcreteScalar, SymbolicScalar, hint_of, is_symbolic
 
@@ -53,6 +63,12 @@ class Trace:
         self.sym_roots: set[int] = set()  # GM roots accessed at symbolic offsets (not checked at trace time)
         self.scalar_roots: set[int] = set()  # GM roots read element by element as SymbolicScalars
         self.data: dict = {}   # param node id -> the first call's tensor (hints of scalar reads)
+        # tensors that may hold only part of their shape when the kernel runs: a view (or reshape)
+        # whose valid_shape is read from tensor data, and everything computed from one
+        self.partial: set[int] = set()
+        self.aliases: dict[int, int] = {}   # in-place reshape node -> the param / alloc it reshapes
+        self.kernel_guards: list = []
+        self.inplace_warned: set[int] = set()   # conditions on argument data this trace assumed (`loops.record_kernel_guard`)
 
     def read_hint(self, tid: int, ix: tuple, expr=None):
         """The value a scalar read has in the call being traced (its hint), or None."""
@@ -109,6 +125,10 @@ class Trace:
             self._check_body_values(inputs)
         node = self.graph.add(op, inputs, shape, dtype, attrs, st.vec_tile if vec else None,
                               st.cube_tile if cube else None, "/".join(self.loops), _where())
+        if self.partial and op != "assemble" and any(i in self.partial for i in inputs):
+            self.partial.add(node.id)
+        elif attrs and "valid_shape" in attrs:
+            self.partial.add(node.id)
         return Tensor._bound(self, node.id)
 
     def node(self, tid: int):
@@ -116,9 +136,11 @@ class Trace:
 
     # ---- GM regions: which kernel argument (or pypto.tensor) a tensor is a window of ----
     def gm_region(self, tid: int):
-        """(root id, offsets) if tensor ``tid`` is a parameter / allocated tensor or a view of one."""
+        """(root id, offsets) if tensor ``tid`` is a parameter / allocated tensor, a view of one, or
+        an in-place reshape of one (``pypto.reshape(out, [...], inplace=True)``: the same GM seen
+        with another shape, its own root, `aliases` says of which tensor)."""
         n = self.graph.nodes[tid]
-        if n.op in ("param", "alloc"):
+        if n.op in ("param", "alloc") or tid in self.aliases:
             return tid, (0,) * len(n.shape)
         if n.op == "view" and "root" in n.attrs:
             return n.attrs["root"], n.attrs["root_offsets"]
@@ -140,27 +162,49 @@ class Trace:
 
     def check_outputs(self) -> None:
         """An output (a tensor the kernel writes) must not be read where it has not been written yet."""
-        written_roots = {e[1] for e in self.events if e[0] == "w"}
+        written_roots = {self.aliases.get(e[1], e[1]) for e in self.events if e[0] == "w"}
         masks: dict[int, np.ndarray] = {}
         for kind, root, offsets, shape, node_id, where in self.events:
-            if root not in written_roots or root in self.sym_roots:
+            base = self.aliases.get(root, root)
+            if base not in written_roots or base in self.sym_roots or root in self.sym_roots:
                 continue
-            rn = self.graph.nodes[root]
-            mask = masks.get(root)
-            if mask is None:
-                mask = masks[root] = np.zeros(rn.shape, bool)
+            mask = self._mask(masks, root)
+            rn = self.graph.nodes[base]
+            root = base
             sl = tuple(slice(o, o + s) for o, s in zip(offsets, shape))
             if kind == "w":
                 mask[sl] = True
             elif not mask[sl].all():
                 name = rn.attrs.get("name") or f"tensor {root}"
                 reader = self.graph.nodes[node_id]
+                if rn.op == "param":
+                    # a kernel argument read, then written: an in-place update (a KV cache, a recurrent
+                    # state) that reads the values it held before the call, legal in the real framework;
+                    # only an output made with torch.empty would read garbage: say so, once
+                    if root not in self.inplace_warned:
+                        self.inplace_warned.add(root)
+                        warnings.warn(InPlaceUpdateWarning(
+                            f"{name} (shape {rn.shape}) is read by {reader.op} at {where or '?'} (offsets "
+                            f"{list(offsets)}) before the kernel writes that region (at {self._first_write(root)}): "
+                            "an in-place update, which uses the values it had before the call. If it is an output "
+                            "made with torch.empty, those are garbage: compute it from the inputs instead"),
+                            stacklevel=4)
+                    continue
                 raise UnwrittenOutputError(
                     f"{name} (shape {rn.shape}) is an output of the kernel (it is written at "
                     f"{self._first_write(root)}) but {reader.op} at {where or '?'} reads its region "
                     f"offsets {list(offsets)} shape {list(shape)} before that region is written. Rule: an output "
                     "holds no data until the kernel writes it. Fix: compute from the inputs (or an intermediate "
-                    "tensor) instead; to update a tensor in place, pass the old values as a separate input")
+                    "tensor) instead; a pypto.tensor buffer holds nothing before it is written")
+
+    def _mask(self, masks: dict, root: int) -> np.ndarray:
+        """The written-elements mask of ``root``'s base tensor, seen in ``root``'s shape (an in-place
+        reshape shares its base's mask: a numpy view of it)."""
+        base = self.aliases.get(root, root)
+        mask = masks.get(base)
+        if mask is None:
+            mask = masks[base] = np.zeros(self.graph.nodes[base].shape, bool)
+        return mask if base == root else mask.reshape(self.graph.nodes[root].shape)
 
     def unwritten_arguments(self) -> list[str]:
         """Why each kernel argument that is left (partly) unwritten is suspicious: an argument the
@@ -171,7 +215,9 @@ class Trace:
             if pid in self.sym_roots:
                 continue   # written at symbolic offsets: which elements depends on the run
             shape = list(self.graph.nodes[pid].shape)
-            writes = [e for e in self.events if e[0] == "w" and e[1] == pid]
+            if any(self.aliases.get(r) == pid for r in self.sym_roots):
+                continue
+            writes = [e for e in self.events if e[0] == "w" and self.aliases.get(e[1], e[1]) == pid]
             if not writes:
                 if pid not in used:
                     problems.append(
@@ -179,9 +225,10 @@ class Trace:
                         "output, it keeps the values it had before the call (whatever torch.empty left there). "
                         f"Fix: write it ({name}[:] = ...), or drop the argument")
                 continue
-            mask = np.zeros(shape, bool)
-            for _, _, offsets, wshape, _, _ in writes:
-                mask[tuple(slice(o, o + s) for o, s in zip(offsets, wshape))] = True
+            masks: dict[int, np.ndarray] = {}
+            for _, root, offsets, wshape, _, _ in writes:
+                self._mask(masks, root)[tuple(slice(o, o + s) for o, s in zip(offsets, wshape))] = True
+            mask = masks[pid]
             if not mask.all():
                 first = [int(i) for i in np.argwhere(~mask)[0]]
                 problems.append(
@@ -234,8 +281,20 @@ class Tensor:
 
     __slots__ = ("spec_shape", "spec_dtype", "name", "format", "_trace", "_id")
 
+    def __new__(cls, shape=None, dtype=None, name: str = "", format=None, *args, **kwargs):
+        # inside a kernel being traced, pypto.Tensor([16, 32], dtype) is a new GM buffer, as the real
+        # frontend's pypto.tensor (the same class there); an annotation stays an annotation
+        if (cls is Tensor and config.STATE.trace is not None and dtype is not None
+                and isinstance(shape, (list, tuple)) and shape
+                and all(isinstance(d, int) or hasattr(d, "__index__") for d in shape)
+                and not any(d is DYNAMIC or d is STATIC or d is Ellipsis for d in shape)):
+            return _ops().tensor(list(shape), dtype, name, format)
+        return object.__new__(cls)
+
     def __init__(self, shape=None, dtype=None, name: str = "", format=None, data_ptr=None, device=None,
                  ori_shape=None):
+        if getattr(self, "_trace", None) is not None:
+            return   # a buffer made by __new__ while tracing
         # the v0.2 annotations (python/pypto/tensor.py at 883e7df): Tensor(), Tensor([]), Tensor(...),
         # Tensor([...]): any shape; Tensor([pypto.DYNAMIC, 32]) / Tensor([pypto.STATIC, ...]): one entry per
         # dimension (DYNAMIC / DYN: any size; STATIC: the size of the first call, fixed at compile time; an
@@ -278,7 +337,9 @@ class Tensor:
     @classmethod
     def _bound(cls, trace: Trace, tid: int) -> Tensor:
         t = cls.__new__(cls)
-        t.spec_shape = t.spec_dtype = t.format = None
+        t.spec_shape = t.spec_dtype = None
+        t.format = TileOpFormat.TILEOP_NZ if trace.graph.nodes[tid].attrs.get("format") == "NZ" else \
+            TileOpFormat.TILEOP_ND
         t.name = ""
         t._trace, t._id = trace, tid
         return t
@@ -393,8 +454,23 @@ class Tensor:
     def __len__(self):
         return self.shape[0]
 
+    # ---- cache policy (recorded on the node: the L2 is not modelled tensor by tensor) ----
+    def set_cache_policy(self, policy, value: bool) -> None:
+        """``t.set_cache_policy(pypto.CachePolicy.NONE_CACHEABLE, True)``: recorded on the tensor's node."""
+        from .enums import CachePolicy
+
+        if not isinstance(policy, CachePolicy):
+            raise TraceError(f"set_cache_policy({policy!r}, ...): not a pypto.CachePolicy. Fix: "
+                             "pypto.CachePolicy.NONE_CACHEABLE")
+        self._node().attrs.setdefault("cache_policy", {})[policy.name] = bool(value)
+
+    def get_cache_policy(self, policy) -> bool:
+        return bool(self._node().attrs.get("cache_policy", {}).get(getattr(policy, "name", policy), False))
+
     # ---- slicing ----
-    def _parse_key(self, key):
+    def _parse_key(self, key, write: bool = False):
+        """(offsets, sizes, dropped axes, explicit) of an index. ``write``: for ``x[a:] = v`` (a slice
+        with a run-time start and no stop) the size is v's, not ``n - a``: it is left None."""
         shape = self.shape
         if not isinstance(key, tuple):
             key = (key,)
@@ -414,6 +490,11 @@ class Tensor:
                 if k.step not in (None, 1):
                     raise TraceError(f"slice step {k.step} on dimension {d}: only contiguous slices (step 1) are views")
                 start = 0 if k.start is None else k.start
+                if write and k.stop is None:
+                    offsets.append(start)
+                    sizes.append(None)
+                    explicit.append(False)
+                    continue
                 stop = n if k.stop is None else k.stop
                 size = stop - start
                 size = int(size)  # a view's size is a Python int: a guard of the loop body if it is symbolic
@@ -498,8 +579,9 @@ class Tensor:
         if not isinstance(value, Tensor):
             raise TraceError(f"slice assignment of {type(value).__name__} {value!r}: assign a pypto.Tensor "
                              "(e.g. out[:] = x + y)")
-        offsets, sizes, drop, explicit = self._parse_key(key)
+        offsets, sizes, drop, explicit = self._parse_key(key, write=True)
         vshape = list(value.shape)
+        sizes = [v if s is None else s for s, v in zip(sizes, vshape + [None] * (len(sizes) - len(vshape)))]
         if drop and len(vshape) == len(sizes) - len(drop):
             vshape = list(vshape)
             for d in drop:
@@ -515,11 +597,24 @@ class Tensor:
         ops.assemble(value, offsets, self)
 
     def move(self, src: Tensor) -> None:
-        """``out.move(x)``: write all of ``x`` into ``out`` (same shape)."""
+        """``out.move(x)``: ``out`` takes ``x``'s data. Of the same shape, ``x`` is written into ``out``
+        (how kernels fill an output); of another shape, as the real ``Tensor::Move`` does, ``out``
+        becomes ``x`` (the handle now denotes x: ``cache.move(pypto.scatter_update(cache_2d, ...))``
+        keeps using the updated cache, seen 2-D)."""
         ops = _ops()
+        if not isinstance(src, Tensor) or not src.is_bound:
+            raise TraceError(f"move: {type(src).__name__} cannot be moved into a Tensor. Rule: move takes a pypto "
+                             "tensor of the kernel. Fix: out.move(x) with x computed in the kernel")
         if list(src.shape) != list(self.shape):
-            raise ShapeError(f"move: source shape {list(src.shape)} differs from destination shape {self.shape}; "
-                             "shapes must be equal (slice the destination: out[a:b, ...] = x)")
+            if math.prod(src.shape) != math.prod(self.shape):
+                raise ShapeError(f"move: source shape {list(src.shape)} ({math.prod(src.shape)} elements) into a "
+                                 f"tensor of shape {self.shape}; a move to another shape keeps the element count. "
+                                 "Fix: slice the destination (out[a:b, ...] = x) or reshape the source")
+            self._trace, self._id = src._trace, src._id
+            return
+        if self._trace.gm_region(self._id) is None:   # a computed value: it becomes src
+            self._trace, self._id = src._trace, src._id
+            return
         ops.assemble(src, [0] * len(self.shape), self)
 
     # ---- arithmetic ----
@@ -572,10 +667,11 @@ class Tensor:
         return _ops().amin(self, dim, keepdim)
     def transpose(self, dim0=-2, dim1=-1):
         return _ops().transpose(self, dim0, dim1)
-    def reshape(self, *shape):
-        return _ops().reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (list, tuple)) else shape)
-    def view(self, shape=None, offsets=None):
-        return _ops().view(self, shape, offsets)
+    def reshape(self, *shape, valid_shape=None, inplace=False):
+        return _ops().reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (list, tuple)) else shape,
+                              valid_shape=valid_shape, inplace=inplace)
+    def view(self, shape=None, offsets=None, *, valid_shape=None, dtype=None):
+        return _ops().view(self, shape, offsets, valid_shape=valid_shape, dtype=dtype)
     def cast(self, dtype):
         return _ops().cast(self, dtype)
     def sigmoid(self):
@@ -587,6 +683,77 @@ class Tensor:
     def expand_clone(self, shape, *, valid_shape=None):
         return _ops().expand_clone(self, shape, valid_shape=valid_shape)
 
+
+# ---- the rest of the real Tensor's methods (python/pypto/tensor.py at 883e7df): each calls the op of
+# the same name with the tensor first, as the real methods do
+_METHODS = ("add", "sub", "mul", "div", "hypot", "prelu", "fmod", "remainder", "maximum", "lrelu", "topk", "sin", "cos",
+            "sinh", "cosh", "asinh", "acosh", "sign", "signbit", "tanh", "exp2", "expm1", "erfc", "log1p", "log10", "log2",
+            "logical_not", "argmax", "argmin", "round", "ceil", "floor", "trunc", "reciprocal", "relu", "permute",
+            "gather", "gathermask", "index_add_", "index_add", "cumsum", "cumprod", "gcd", "triu", "tril", "unsqueeze",
+            "clone", "pad", "fillpad", "scatter_update", "scatter_", "scatter", "var", "axpy_", "matmul", "amin")
+
+
+def _pkg():
+    import pypto_lab.pto as pkg
+
+    return pkg
+
+
+def _method(name):
+    def method(self, *args, **kwargs):
+        return getattr(_pkg(), name)(self, *args, **kwargs)
+    method.__name__ = name
+    method.__doc__ = f"``pypto.{name}(self, ...)``."
+    return method
+
+
+for _m in _METHODS:
+    setattr(Tensor, _m, _method(_m))
+
+
+def _assemble(self, input, offsets):
+    """``self.assemble(x, offsets)``: ``pypto.assemble(x, offsets, self)``."""
+    _ops().assemble(input, offsets, self)
+
+
+def _fill_(self, value):
+    self.move(_ops().full(self.shape, value, self.dtype))
+    return self
+
+
+def _triu_(self, diagonal=0):
+    self.move(_pkg().triu(self, diagonal))
+    return self
+
+
+def _tril_(self, diagonal=0):
+    self.move(_pkg().tril(self, diagonal))
+    return self
+
+
+def _dim(self) -> int:
+    return len(self.shape)
+
+
+def _floordiv(self, other):
+    return _ops().floor(_ops().div(self, other))
+
+
+def _mod(self, other):
+    return _pkg().remainder(self, other)
+
+
+def _iter(self):
+    raise TraceError("a pypto.Tensor is not iterable (as in the real API). Fix: index it (x[i]) or loop with "
+                     "pypto.loop over its size")
+
+
+Tensor.assemble, Tensor.fill_, Tensor.triu_, Tensor.tril_ = _assemble, _fill_, _triu_, _tril_
+Tensor.dim, Tensor.__floordiv__, Tensor.__mod__, Tensor.__iter__ = _dim, _floordiv, _mod, _iter
+Tensor.__pos__ = lambda self: self
+Tensor.greater = lambda self, other: _ops().gt(self, other)
+Tensor.id = property(lambda self: self._id)
+Tensor.is_empty = lambda self: any(int(d) == 0 for d in (self.shape or []))
 
 _STATUS = {"DYN": DYNAMIC, "DYNAMIC": DYNAMIC, "STATIC": STATIC}
 
@@ -621,8 +788,12 @@ def spec_matches(spec: Tensor, shape, dtype: DataType) -> str | None:
         return f"dtype {dtype!r}, annotated {spec.spec_dtype!r}"
     dims = spec.spec_shape
     if dims is not None:
-        open_end = dims[-1] is Ellipsis
-        fixed = dims[:-1] if open_end else dims
+        # as the real frontend (frontend/parser/entry.py _check_input_defs_match_tensors): an annotation
+        # with DYNAMIC / STATIC markers (a "status shape") needs at least that many dimensions, its
+        # entries checked against the leading ones; one of plain sizes needs exactly its rank
+        status = any(d is DYNAMIC or d is STATIC or isinstance(d, SymbolicDim) for d in dims)
+        open_end = dims[-1] is Ellipsis or status
+        fixed = dims[:-1] if dims[-1] is Ellipsis else dims
         if (len(shape) < len(fixed)) if open_end else (len(fixed) != len(shape)):
             want = f"at least {len(fixed)}" if open_end else str(len(fixed))
             return f"rank {len(shape)} (shape {list(shape)}), annotated rank {want} {list(dims)}"

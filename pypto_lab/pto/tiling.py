@@ -18,7 +18,7 @@ import builtins
 import math
 from dataclasses import dataclass, field
 
-from ..hw.chip import Chip
+from ..hw.chip import DTYPE_BYTES, Chip
 from ..hw.tiling import CubeTile, TilingError, cube_fractal, cube_tile_bytes, default_cube_tile, plan_cube
 from . import special
 from .dtypes import DataType
@@ -57,33 +57,88 @@ def suggest_vec_tile(shape, dtype: DataType) -> tuple[int, ...]:
     return tuple(tile)
 
 
-def check_cube_tile(chip: Chip, tile: CubeTile, dtype: DataType, m: int, k: int, n: int, what: str):
-    """The rules of a cube tile shape for a matmul of ``m x k x n`` in ``dtype`` on ``chip``."""
+def _ceil(v: int, a: int) -> int:
+    return -(-int(v) // a) * a
+
+
+def effective_cube_tile(tile: CubeTile, dtype: str, m: int, k: int, n: int, chip: Chip | None = None) -> CubeTile:
+    """The tile a matmul of ``m x k x n`` really uses: as in the real framework
+    (framework/src/interface/operation/cube_operation_impl.cpp at 883e7df: ``kL0Size = min(tileKL0,
+    kView - kOffset)``, ``nL0Size = min(nView - nOffset, tileNL0)``, ...), each L0 / L1 size is at most
+    the matrix's own size, here rounded up to whole fractals (the chip model's alignment: 16
+    elements, 32 for int8; an int8 ``m`` of 16 is therefore costed as a 32-row fractal pair)."""
+    a = 32 if DTYPE_BYTES.get(dtype, 2) == 1 else 16
+    f = tile.to_dict()
+    out = {}
+    for dim, size in (("m", m), ("k", k), ("n", n)):
+        l0 = _ceil(f[f"{dim}_l0"], a)
+        l0 = builtins.min(l0, _ceil(size, a))
+        l1 = builtins.max(l0, builtins.min(_ceil(f[f"{dim}_l1"], l0), _ceil(size, l0)))
+        out[f"{dim}_l0"], out[f"{dim}_l1"] = l0, l1
+    eff = CubeTile(**out)
+    if chip is not None:
+        eff = _fit_l1(eff, dtype, chip)
+    return eff
+
+
+def _fit_l1(tile: CubeTile, dtype: str, chip: Chip) -> CubeTile:
+    """The L1 panels actually held at once: the real framework takes the user's L1 sizes without a
+    capacity check (CheckCubeTiling checks alignment only) and its memory planner streams what does
+    not fit, so a tiling whose ``(m_l1 + n_l1) x k_l1`` exceeds L1 is costed with the longest K panel
+    (a multiple of ``k_l0``) that fits, then smaller M / N panels. L0A / L0B / L0C must fit as given:
+    one L0 tile cannot be split."""
+    cap = chip.buffer("L1").size_bytes
+    f = tile.to_dict()
+    if cube_tile_bytes(tile, dtype, chip)["L1"] <= cap:
+        return tile
+    for dim in ("k", "n", "m"):
+        l0 = f[f"{dim}_l0"]
+        while f[f"{dim}_l1"] > l0 and cube_tile_bytes(CubeTile(**f), dtype, chip)["L1"] > cap:
+            f[f"{dim}_l1"] -= l0
+        if cube_tile_bytes(CubeTile(**f), dtype, chip)["L1"] <= cap:
+            break
+    return CubeTile(**f)
+
+
+def check_cube_tile(chip: Chip, tile: CubeTile, dtype: DataType, m: int, k: int, n: int, what: str,
+                    a_trans: bool = False):
+    """The rules of a cube tile shape, as the real framework's ``CheckCubeTiling`` states them
+    (cube_operation_impl.cpp at 883e7df): every size > 0; ``k_l0`` and ``n_l0`` multiples of 16
+    elements and of 32 bytes; ``m_l0`` a multiple of 32 bytes only when A is transposed; each L1
+    size a multiple of its L0 size. Then the tile the matmul really uses (`effective_cube_tile`: at
+    most the matrix's size) must fit L0A / L0B / L0C / L1 on ``chip``."""
     lab = dtype.lab
     try:
         cube_fractal(chip, lab)
     except TilingError as e:
         raise DTypeError(f"{what}: {e}") from None
-    align = 16 if lab == "fp32" else 32 // dtype.bytes
-    for name, value in tile.to_dict().items():
-        if value % align:
-            fix = -(-value // align) * align
-            raise TileAlignmentError(
-                f"{what}: cube tile {name} = {value} is not a multiple of {align} elements. Rule: cube tile sizes are "
-                f"multiples of the {align}-element fractal side for {dtype!r} (32-byte aligned rows). Fix: {name} = {fix}")
     fields = tile.to_dict()
+    eb = dtype.bytes
+    rules = [("k_l0", 16, "16 elements"), ("n_l0", 16, "16 elements"),
+             ("k_l0", builtins.max(1, 32 // eb) if eb < 32 else 1, "32 bytes"),
+             ("n_l0", builtins.max(1, 32 // eb) if eb < 32 else 1, "32 bytes")]
+    if a_trans:
+        rules.append(("m_l0", builtins.max(1, 32 // eb), "32 bytes (A transposed)"))
+    for name, align, unit in rules:
+        value = fields[name]
+        if value % align:
+            raise TileAlignmentError(
+                f"{what}: cube tile {name} = {value} is not a multiple of {unit} ({align} elements of {dtype!r}). "
+                f"Rule (the real CheckCubeTiling): k_l0 and n_l0 are multiples of 16 elements and 32 bytes; m_l0 of "
+                f"32 bytes when A is transposed. Fix: {name} = {_ceil(value, align)}")
     for dim in ("m", "k", "n"):
         l0, l1 = fields[f"{dim}_l0"], fields[f"{dim}_l1"]
         if l0 > l1 or l1 % l0:
             raise TileShapeError(
                 f"{what}: cube tile [{dim}_l0, {dim}_l1] = [{l0}, {l1}]. Rule: {dim}_l1 is a multiple of {dim}_l0 "
                 f"(L1 holds whole L0 tiles). Fix: [{dim}_l0, {dim}_l1] = [{l0}, {max(l0, -(-l1 // l0) * l0)}]")
-    need = cube_tile_bytes(tile, lab, chip)
+    eff = effective_cube_tile(tile, lab, m, k, n, chip)
+    need = cube_tile_bytes(eff, lab, chip)
     formulas = {
-        "L0A": f"m_l0 x k_l0 = {tile.m_l0} x {tile.k_l0} x {dtype.bytes} B",
-        "L0B": f"k_l0 x n_l0 = {tile.k_l0} x {tile.n_l0} x {dtype.bytes} B",
-        "L0C": f"m_l0 x n_l0 = {tile.m_l0} x {tile.n_l0} accumulators of {chip.cube.accumulator[lab]}",
-        "L1": f"(m_l1 + n_l1) x k_l1 = ({tile.m_l1} + {tile.n_l1}) x {tile.k_l1} x {dtype.bytes} B",
+        "L0A": f"m_l0 x k_l0 = {eff.m_l0} x {eff.k_l0} x {dtype.bytes} B",
+        "L0B": f"k_l0 x n_l0 = {eff.k_l0} x {eff.n_l0} x {dtype.bytes} B",
+        "L0C": f"m_l0 x n_l0 = {eff.m_l0} x {eff.n_l0} accumulators of {chip.cube.accumulator[lab]}",
+        "L1": f"(m_l1 + n_l1) x k_l1 = ({eff.m_l1} + {eff.n_l1}) x {eff.k_l1} x {dtype.bytes} B",
     }
     for buf in ("L0A", "L0B", "L0C", "L1"):
         cap = chip.buffer(buf).size_bytes
@@ -93,8 +148,9 @@ def check_cube_tile(chip: Chip, tile: CubeTile, dtype: DataType, m: int, k: int,
                 hint = f"pypto.set_cube_tile_shapes({fit[0]}, {fit[1]}, {fit[2]})"
             except TilingError:
                 hint = "smaller tiles on every dimension"
+            used = "" if eff == tile else f" (the part of it a {m} x {k} x {n} matmul uses: {list(eff.as_pypto())})"
             raise TileCapacityError(
-                f"{what}: cube tile {list(tile.as_pypto())} needs {need[buf]} bytes of {buf} ({formulas[buf]}), "
+                f"{what}: cube tile {list(tile.as_pypto())}{used} needs {need[buf]} bytes of {buf} ({formulas[buf]}), "
                 f"{buf} holds {cap} bytes on {chip.name}. Rule: one tile of each operand must fit its buffer. "
                 f"Fix: a tiling that fits: {hint}")
 
@@ -133,6 +189,7 @@ class Group:
     bias_bytes: int = 0                          # bytes of one bias element (0: no bias_tensor)
     # special (gather, sort, ...): the steps of each task (see `special`)
     steps: list = field(default_factory=list)
+    spill: list = field(default_factory=list)    # results that go UB -> GM -> UB (a task larger than UB)
 
     def label(self, graph: TensorGraph) -> str:
         """The group's ops ("exp+sum"), then its semantic labels (pypto.set_semantic_label) in brackets."""
@@ -159,6 +216,8 @@ class Group:
                                   "offsets": [x if isinstance(x, int) else str(x) for x in o] if o else None}
                                  for t, r, o in self.stores],
                       "ub_bytes_per_task": self.ub_bytes, "ub_slots": self.slots})
+            if self.spill:
+                d["spilled_to_gm"] = list(self.spill)
             if self.ub_plan is not None and self.ub_plan.inplace:
                 d["ub_inplace"] = {str(o): i for o, i in self.ub_plan.inplace.items()}
         return d
@@ -190,11 +249,21 @@ def build_tile_graph(graph: TensorGraph, chip: Chip, double_buffer: bool = True)
         n = nodes[tid]
         if n.op in ("param", "alloc"):
             return set(root_writers.get(tid, ()))
+        if n.op == "reshape" and tid in root_writers:   # an in-place reshape written through
+            return set(root_writers[tid]) | writers(n.inputs[0])
         if tid in gm_writer:
-            return {gm_writer[tid]}
+            return {gm_writer[tid]} | set(root_writers.get(tid, ()))   # (and a loop body's in-place writes)
         if n.op in ("view", "reshape"):
             return writers(n.inputs[0])
         return set()
+
+    def note_writer(root: int, gid: int) -> None:
+        """``gid`` writes into ``root``, and so into what an in-place reshape ``root`` reshapes."""
+        while True:
+            root_writers.setdefault(root, set()).add(gid)
+            if nodes[root].op != "reshape":
+                return
+            root = nodes[root].inputs[0]
 
     def materialise(tid: int) -> None:
         g = loc.get(tid)
@@ -236,13 +305,13 @@ def build_tile_graph(graph: TensorGraph, chip: Chip, double_buffer: bool = True)
             a = n.attrs
             g.m, g.kk, g.n = a["m"], a["k"], a["n"]
             g.batch = math.prod(n.shape[:-2]) if len(n.shape) > 2 else 1
-            g.cube_tile = n.cube_tile
             g.in_dtype = nodes[n.inputs[0]].dtype.lab
+            g.cube_tile = effective_cube_tile(n.cube_tile, g.in_dtype, g.m, g.kk, g.n, chip)
             g.out_dtype = n.dtype.lab
             if len(n.inputs) > 2:
                 g.bias_bytes = nodes[n.inputs[2]].dtype.bytes
             try:
-                g.plan = plan_cube(chip, n.cube_tile, g.in_dtype, g.m, g.kk, g.n, double_buffer,
+                g.plan = plan_cube(chip, g.cube_tile, g.in_dtype, g.m, g.kk, g.n, double_buffer,
                                    epilogue="bias" if g.bias_bytes else "none")
             except TilingError as e:  # check_cube_tile ran at trace time; this is a safety net
                 raise TileShapeError(str(e)) from None
@@ -264,19 +333,21 @@ def build_tile_graph(graph: TensorGraph, chip: Chip, double_buffer: bool = True)
             loc[n.id] = "gm"
             gm_writer[n.id] = g.id
             if special.REGISTRY[op].inplace and "root" in n.attrs:
-                root_writers.setdefault(n.attrs["root"], set()).add(g.id)
+                note_writer(n.attrs["root"], g.id)
             else:
                 cube_of[n.id] = g  # an output it is assembled into is written directly (no copy)
         elif op == "assemble":
             src, root, roff = n.inputs[0], n.attrs["root"], n.attrs["root_offsets"]
+            if n.attrs.get("carried"):
+                materialise(root)   # a computed value a loop body writes in place lives in GM
             where = loc.get(src)
             if isinstance(where, int):
                 groups[where].stores.append((src, root, roff))
-                root_writers.setdefault(root, set()).add(where)
+                note_writer(root, where)
             elif src in cube_of and cube_of[src].dst is None:
                 g = cube_of[src]
                 g.dst = (root, roff)
-                root_writers.setdefault(root, set()).add(g.id)
+                note_writer(root, g.id)
             else:
                 if cur is not None:
                     cur.closed = True
@@ -289,7 +360,7 @@ def build_tile_graph(graph: TensorGraph, chip: Chip, double_buffer: bool = True)
                 g.deps |= writers(src)
                 g.stores.append((src, root, roff))
                 g.closed = True
-                root_writers.setdefault(root, set()).add(g.id)
+                note_writer(root, g.id)
         elif op in ELEMENTWISE or op in REDUCTIONS or op == "transpose":
             ref = nodes[n.inputs[0]].shape if (op in REDUCTIONS or op == "transpose") else n.shape
             join = (cur is not None and not cur.closed and op != "transpose" and n.vec_tile == cur.raw_tile
@@ -343,6 +414,20 @@ def build_tile_graph(graph: TensorGraph, chip: Chip, double_buffer: bool = True)
     return TileGraph(groups, graph)
 
 
+def is_moveout_transpose(n) -> bool:
+    """A transpose that keeps the last axis in place (``transpose(x, 0, 1)`` of ``[t, n, d]``). The
+    real framework makes it a ``TRANSPOSE_MOVEOUT`` (operation/vector/tensor_transformation.cpp,
+    TensorInnerTranspose): the tile is written from UB to GM with the two axes swapped by the copy
+    itself, so its result takes no UB buffer and no vector instruction; a transpose that moves the
+    last axis is a ``VNCHWCONV`` in UB (its own buffer)."""
+    if n.op != "transpose":
+        return False
+    rank = len(n.shape)
+    if "perm" in n.attrs:
+        return n.attrs["perm"][-1] == rank - 1
+    return rank - 1 not in (n.attrs["dim0"], n.attrs["dim1"])
+
+
 # Ops whose output never takes an input's UB buffer. The real compiler's SrcDstBufferMerge pass
 # (framework/src/passes/block_graph_pass/memory_reuse/merge_src_dst_buffer.cpp) skips ops marked
 # ``excludeBufferReuse`` in its opcode table (divs, reciprocal, pow, erf, round, the trigonometric
@@ -365,7 +450,7 @@ class UBPlan:
         return len(self.live)
 
 
-def _ub_plan(g: Group, graph: TensorGraph, tile, reuse: bool = True) -> UBPlan:
+def _ub_plan(g: Group, graph: TensorGraph, tile, reuse: bool = True, stream: bool = False) -> UBPlan:
     """UB that one task of a vector group needs, as the real compiler plans it.
 
     Every tensor the group holds in UB (its loads and its ops' results) has a buffer that is live
@@ -379,7 +464,8 @@ def _ub_plan(g: Group, graph: TensorGraph, tile, reuse: bool = True) -> UBPlan:
     ``reuse=False`` is the plan without the real compiler's memory passes (every load taken at the
     start of the task, no result in place of an input), kept to show what they save.
     """
-    task_ext = [g.space[d] if d in g.reduced else tile[d] for d in range(len(g.space))]
+    # ``stream``: one tile of the reduced axes at a time (the rest spilled to a GM workspace)
+    task_ext = [g.space[d] if d in g.reduced and not stream else tile[d] for d in range(len(g.space))]
     nodes = graph.nodes
 
     def nbytes(tid):
@@ -407,10 +493,17 @@ def _ub_plan(g: Group, graph: TensorGraph, tile, reuse: bool = True) -> UBPlan:
     live_from.update({t: pos[t] for t in order if nodes[t].op != "assemble"})
     buf = {t: t for t in live_from}           # tensor -> buffer (the id of the tensor that owns it)
     merged: dict[int, int] = {}
+    for tid in order:   # a move-out transpose is the store of its input's buffer, with the axes swapped
+        if is_moveout_transpose(nodes[tid]) and nodes[tid].inputs[0] in buf:
+            buf[tid] = buf[nodes[tid].inputs[0]]
     if reuse:
         for tid in order:
             n = nodes[tid]
-            if n.op in NO_INPLACE or tid not in buf:
+            # a copy (clone) writes its input's buffer as it reads it: the real SrcDstBufferMerge
+            # merges a copy's source and destination
+            if (n.op in NO_INPLACE and not (n.op == "math" and n.attrs.get("fn") == "clone")) or tid not in buf:
+                continue
+            if buf[tid] != tid:   # already another tensor's buffer (a move-out transpose)
                 continue
             for i in n.inputs:
                 if (i in buf and i not in stored and consumers.get(i) == {tid} and nbytes(i) == nbytes(tid)
@@ -461,6 +554,18 @@ def _finish_vector_group(g: Group, graph: TensorGraph, chip: Chip, double_buffer
     cap = chip.buffer("UB").size_bytes
     plan = _ub_plan(g, graph, g.tile)
     need = plan.peak
+    if need > cap and g.reduced:
+        # as the real compiler does when a reduction's operands span more than UB holds (its memory
+        # type assignment puts such a tensor in a GM workspace, vector/reduction.cpp reduces it tile
+        # pair by tile pair): the task streams one tile of the reduced axes at a time and the results
+        # that span them go through GM (`schedule` emits their store and load back)
+        streamed = _ub_plan(g, graph, g.tile, stream=True)
+        if streamed.peak <= cap:
+            nodes = graph.nodes
+            used_after = {i for nid in g.nodes for i in nodes[nid].inputs}
+            g.spill = [nid for nid in g.nodes if nodes[nid].op not in ("assemble",) and nid in used_after
+                       and any(g.spans[nid][d] for d in g.reduced)]
+            plan, need = streamed, streamed.peak
     if need > cap:
         fit = _fit_tile(g, graph, cap)
         what = g.label(graph)

@@ -1,0 +1,71 @@
+"""The published whole-model inference rows (``datasets/published/``) as `Comparison`s.
+
+Each row is run as `validate.validate` runs it (the model from its architecture, `optimize` at
+level 3 in fp16 on the row's chip at the row's batch) and filed under its regime: CNNs at small
+batch (batch <= 8, where launch and offline-model costs weigh most) or large batch, and
+transformer encoders. ATC-compiled rows run on the ``atc-om`` stack; rows compiled with TorchAIE
+(``torch_aie.compile``) say so, and run on the ``torchaie`` stack when one is installed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..compiler.optimize import optimize
+from ..llm.validation import hinted
+from ..stack import DEFAULT_STACK, list_stacks
+from .compare import Comparison
+from .validate import BUILDERS, LEVELS, Row, ValidationError, published_rows
+
+TRANSFORMERS = ("bert-base-uncased", "roberta-base", "albert-base-v2")
+SMALL_BATCH = 8
+TORCHAIE_STACK = "torchaie"
+
+
+def regime_of(row: Row) -> str:
+    if row.key in TRANSFORMERS:
+        return "transformer inference"
+    return "CNN, batch <= 8" if row.batch <= SMALL_BATCH else "CNN, batch > 8"
+
+
+def stack_of(row: Row) -> tuple[str, tuple[str, ...]]:
+    """The stack a row runs on, and a note when the row's own stack has no preset here."""
+    if "TorchAIE" not in row.source:
+        return DEFAULT_STACK, ()
+    if TORCHAIE_STACK in list_stacks():
+        return TORCHAIE_STACK, ()
+    return DEFAULT_STACK, ("measured with TorchAIE (torch_aie.compile); run here on atc-om: no torchaie preset",)
+
+
+def check_inference_arguments(chip: str | None, level: int) -> list[Row]:
+    """The inference rows of ``chip`` (all when None), after checking ``level``."""
+    if isinstance(level, bool) or level not in LEVELS:
+        raise hinted(ValidationError, f"level {level!r}: the optimisation levels are {', '.join(map(str, LEVELS))}. "
+                     "Fix: {level=3} (the default)")
+    rows = published_rows(chip=chip)
+    if not rows:
+        raise ValidationError(f"no published rows for chip {chip!r}. Fix: omit --chip, or add rows for it to "
+                              "datasets/published/")
+    return rows
+
+
+def inference_set(chip: str | None = None, level: int = 3,
+                  tick: Callable[[], None] | None = None) -> tuple[list[Comparison], list]:
+    rows = check_inference_arguments(chip, level)
+    out = []
+    for r in rows:
+        stack, notes = stack_of(r)
+        model, inputs = BUILDERS[r.key](r.batch, r.resolution, r.seq)
+        rep = optimize(model, inputs, chip=r.chip, level=level, precision="fp16", stack=stack).report()
+        simulated = r.batch * 1e6 / rep.latency_us
+        size = f"s{r.seq}" if r.seq else f"{r.resolution}px"
+        out.append(Comparison(set="inference", regime=regime_of(r), model=r.key, setup=f"{r.chip} b{r.batch} {size}",
+                              stack=stack, metric="throughput", unit="/s", published=r.published, source=r.source,
+                              row=r.model[:40], simulated=simulated,
+                              mechanisms=notes + tuple(getattr(rep, "mechanisms", ()) or ())))
+        if tick:
+            tick()
+    return out, []
+
+
+__all__ = ["SMALL_BATCH", "TRANSFORMERS", "check_inference_arguments", "inference_set", "regime_of", "stack_of"]

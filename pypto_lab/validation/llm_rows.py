@@ -1,0 +1,273 @@
+"""The LLM engine against the published Ascend LLM figures (``datasets/llm_published/``).
+
+Three kinds of rows, each run the way it was measured:
+
+* fixed-batch step latencies (torch_npu + torchair READMEs, Atlas 800I A2, prompts padded to 1,024
+  tokens, 1,024 output tokens, timed around the model call): `simulate_generation`'s TTFT against
+  the prefill step, its TPOT (the mean decode step) against the decode step. Graph-mode rows run on
+  the ``torchair-graph`` stack, eager (单算子) rows on ``torch_npu-eager``; the deployment's model
+  code decides how the KV cache is kept (`forward.KV_IMPLS`: torchair's ChatGLM3 port concatenates
+  its cache and expands it to every head, its Llama and Qwen2 ports write it in place);
+* serving runs with fixed prompt and output lengths at a request rate (vLLM-Ascend issues): `serve`
+  with the same lengths and rate on ``vllm-ascend-aclgraph``;
+* square-matmul TFLOPS measured on a 910B2: `simulate_matmul`.
+
+The Atlas 800I A2's chip is the Ascend910B4 preset with the 64 GB of that server's bin (its
+topology preset says why). The ``torchair-graph`` stack's ``aicpu_tiling_us`` is the one constant
+fitted to these rows (`fit_aicpu_tiling`, by ``scripts/derive_stack_constants.py``): the models in
+`HELD_BACK` are never part of that fit and are reported apart.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import re
+import statistics
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from ..files.paths import DATASETS_DIR
+from ..hw.chip import Chip, get_chip
+from ..kernels.cost import cost
+from ..kernels.ir import CubeKernel
+from ..llm import simulate_generation
+from ..stack import Launch, Stack, get_stack, run_in_order
+from .compare import Comparison, FittedConstant
+
+DATA = DATASETS_DIR / "llm_published" / "ascend_llm_figures.csv"
+MODELS = {"Llama-2-7B": "llama-2-7b", "Llama-2-70B": "llama-2-70b", "Llama-3-70B": "llama-3-70b",
+          "Qwen2-7B": "qwen2-7b", "Qwen2-72B": "qwen2-72b", "ChatGLM3-6B": "chatglm3-6b",
+          "Qwen3-30B-A3B": "qwen3-30b-a3b", "Qwen3-VL-8B-Instruct (text-only prompts)": "qwen3-8b"}
+# models whose rows no fit ever sees: they judge whether a fitted constant carries over
+HELD_BACK = {"Llama-3-70B": "kept back from the torchair fit: a second 70B model of the same README family",
+             "Llama-2-7B": "kept back from the torchair fit: its rows come from three other READMEs "
+                           "(reduce-overhead, quantization)"}
+GRAPH_STACK, EAGER_STACK = "torchair-graph", "torch_npu-eager"
+FIT_SCRIPT = "scripts/derive_stack_constants.py"
+
+
+def atlas_800i_a2() -> Chip:
+    """The Ascend910B4 preset with the 64 GB HBM of the Atlas 800I A2's bin (its topology preset)."""
+    return dataclasses.replace(get_chip("Ascend910B4"), hbm_bytes=64 * 2 ** 30)
+
+
+def read_rows(path: Path = DATA) -> list[dict]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def _precision(text: str) -> tuple[str, str | None]:
+    t = text.lower()
+    if "w8a8" in t:
+        return "w8a8", ("int8" if "int8 kv" in t or "c8" in t else None)
+    return ("bf16" if "bf16" in t else "fp16"), None
+
+
+def _num(text: str) -> int | None:
+    m = re.match(r"\s*(\d+)", text or "")
+    return int(m.group(1)) if m else None
+
+
+def row_stack(row: dict) -> str:
+    """The stack a fixed-batch row ran on: torchair's graph mode, or eager single-operator mode."""
+    f = row["framework"].lower()
+    return EAGER_STACK if ("eager" in f or "单算子" in f) else GRAPH_STACK
+
+
+def row_kv_impl(row: dict) -> str:
+    """How the row's model code keeps its KV cache (`forward.KV_IMPLS`), from the code it ran."""
+    return "concat-expand" if "/chatglm/" in row["source_url"] else "in-place"
+
+
+def _stack(name: str, overrides: dict | None) -> Stack:
+    s = get_stack(name)
+    return s.with_values(name=s.name, **overrides) if overrides else s
+
+
+@dataclasses.dataclass(frozen=True)
+class _Setup:
+    model: str
+    cards: int
+    batch: int
+    precision: str
+    kv_dtype: str | None
+    stack: str
+    kv_impl: str
+
+
+def _setup_of(row: dict) -> _Setup:
+    prec, kv = _precision(row["precision"])
+    return _Setup(row["model"], _num(row["cards"]) or 1, _num(row["batch"]) or 1, prec, kv, row_stack(row),
+                  row_kv_impl(row))
+
+
+def is_fixed_batch(row: dict) -> bool:
+    return ("torchair" in row["framework"].lower() and row["model"] in MODELS
+            and row["metric"] in ("prefill_step_latency_ms", "decode_step_latency_ms"))
+
+
+def _describe(s: _Setup) -> str:
+    return (f"{s.cards}x910B4 b{s.batch} {s.precision}" + (f"+kv {s.kv_dtype}" if s.kv_dtype else "")
+            + " 1024+1024")
+
+
+def _mechanisms(s: _Setup, stack: Stack, decode: bool) -> tuple[str, ...]:
+    out = []
+    if s.kv_impl == "concat-expand":
+        out.append("KV cache concatenated and expanded to every head each step (modeling_chatglm.py)")
+    if decode and stack.aicpu_tiling_us and s.kv_impl == "in-place":
+        out.append(f"IncreFlashAttention tiled on the AICPU each layer (tiling sink, {stack.aicpu_tiling_us:.0f} us)")
+    if stack.dispatch_us:
+        out.append(f"eager dispatch {stack.dispatch_us:g} us per kernel")
+    return tuple(out)
+
+
+def fixed_batch(rows: Iterable[dict], overrides: dict[str, dict] | None = None,
+                tick: Callable[[], None] | None = None) -> list[Comparison]:
+    """The torchair rows as `Comparison`s; ``overrides`` changes stack values by stack name (the
+    fit runs the graph stack with ``aicpu_tiling_us=0``)."""
+    chip = atlas_800i_a2()
+    memo: dict[_Setup, object] = {}
+    out = []
+    for r in rows:
+        if not is_fixed_batch(r):
+            continue
+        s = _setup_of(r)
+        stack = _stack(s.stack, (overrides or {}).get(s.stack))
+        if s not in memo:
+            memo[s] = simulate_generation(MODELS[s.model], batch=s.batch, prompt_len=1024, output_len=1024, chip=chip,
+                                          cards=s.cards, precision=s.precision, kv_dtype=s.kv_dtype, stack=stack,
+                                          kv_impl=s.kv_impl)
+            if tick:
+                tick()
+        rep = memo[s]
+        decode = r["metric"].startswith("decode")
+        regime = ("LLM decode (TPOT)" if decode else "LLM prefill (TTFT)")
+        c = Comparison(set="llm", regime=regime, model=s.model, setup=_describe(s), stack=stack.name,
+                       metric=r["metric"], unit="ms", published=float(r["value"]), source=r["source_url"],
+                       row=f"id {r['id']}", simulated=rep.tpot_ms if decode else rep.ttft_ms,
+                       held_back=s.model in HELD_BACK, mechanisms=_mechanisms(s, stack, decode),
+                       value_tiling_runs=sum(k.count for k in rep.decode_kernels if k.spec.value_tiling) if decode else 0)
+        out.append(c)
+    return out
+
+
+def matmuls(rows: Iterable[dict], loop: int = 100) -> list[Comparison]:
+    """The square-matmul micro-figures, as a torch_npu script measures them: ``torch.matmul`` called
+    ``loop`` times in a row on the eager stack (the host dispatches each call while the card runs the
+    previous one), the flops over the loop's time. A short kernel is host-bound: its figure is the
+    dispatch's, not the Cube's."""
+    stack = get_stack(EAGER_STACK)
+    out = []
+    for r in rows:
+        m = re.match(r"\(micro\) square matmul (\d+)x\d+", r["model"])
+        if not m or r["metric"] != "matmul_tflops":
+            continue
+        n = int(m.group(1))
+        dt = r["precision"]
+        k = cost(CubeKernel("MatMulV2", 1, n, n, n, dt, dt), get_chip("Ascend910B2"))
+        per_call_us = run_in_order([Launch(k.time_us, loop)], stack).step_us / loop
+        host_bound = per_call_us > 1.01 * (k.time_us + stack.launch_us)
+        out.append(Comparison(set="llm", regime="matmul micro (TFLOPS)", model=f"matmul {n}^3",
+                              setup=f"910B2 {dt}", stack=stack.name, metric="matmul_tflops",
+                              unit="TFLOPS", published=float(r["value"]), source=r["source_url"], row=f"id {r['id']}",
+                              simulated=k.flops / per_call_us / 1e6,
+                              mechanisms=(f"torch.matmul in a loop on {stack.name}"
+                                          + (": host-bound (the dispatch outlasts the kernel)" if host_bound else ""),)))
+    return out
+
+
+def serving_rows(tick: Callable[[], None] | None = None) -> list[Comparison]:
+    """Every published serving row run the way it was measured (`pypto_lab.llm.serving_validation`:
+    rate or closed loop, the row's lengths, requests, cards and stack), one simulation per distinct
+    run; the rows it cannot express come back skipped, with the reason."""
+    from ..llm import serving_validation as sv
+    todo, skipped = sv.plan(read_rows())
+    regimes = {"TTFT": "serving TTFT", "ITL": "serving ITL / TPOT", "throughput": "serving throughput"}
+    reports, out = {}, []
+    for row, run, assumed in todo:
+        if run not in reports:
+            reports[run] = sv.simulate(run)
+            if tick:
+                tick()
+        kind, get = sv.METRICS[row["metric"]]
+        out.append(Comparison(set="serving", regime=regimes[kind], model=row["model"],
+                              setup=f"{run.cards}x{run.chip} {run.load} {run.prompt}+{run.output} x{run.requests}",
+                              stack=run.stack, metric=row["metric"], unit=row["unit"], published=float(row["value"]),
+                              source=row["source_url"], row=f"id {row['id']}", simulated=float(get(reports[run])),
+                              mechanisms=(f"{run.load}, continuous batching",) + tuple(assumed)))
+    for s in skipped:
+        row = next(r for r in read_rows() if int(r["id"]) == s["id"])
+        kind = sv.METRICS.get(row["metric"], ("TTFT",))[0]
+        out.append(Comparison(set="serving", regime=regimes.get(kind, "serving TTFT"), model=row["model"],
+                              setup=row["batch"], stack=row["framework"], metric=row["metric"], unit=row["unit"],
+                              published=float(row["value"]), source=row["source_url"], row=f"id {row['id']}",
+                              skipped=s["reason"]))
+    return out
+
+
+# ---- the torchair stack's fitted constant ------------------------------------------------------
+
+def fit_rows(comparisons: Iterable[Comparison]) -> list[Comparison]:
+    """The rows `fit_aicpu_tiling` fits on: graph-mode decode rows whose kernels are AICPU-tiled,
+    of the models not held back."""
+    return [c for c in comparisons if c.stack == GRAPH_STACK and c.regime == "LLM decode (TPOT)"
+            and c.value_tiling_runs and not c.held_back]
+
+
+def solve_additive(points: list[tuple[float, float, float]]) -> float:
+    """The ``t`` >= 0 minimising the squared relative errors of ``base + runs * t / 1000`` against
+    ``published`` over ``points`` of (base ms, runs per step, published ms)."""
+    num = sum(n / p * (p - b) / p for b, n, p in points)
+    den = sum((n / p) ** 2 for b, n, p in points)
+    return max(0.0, 1000 * num / den) if den else 0.0
+
+
+def fit_aicpu_tiling(base: list[Comparison]) -> tuple[float, dict[str, float]]:
+    """``aicpu_tiling_us`` fitted on ``base`` (rows simulated with it at 0), and per model the value
+    fitted without that model's rows (leave one model out)."""
+    rows = fit_rows(base)
+    pts = {c.model: [] for c in rows}
+    for c in rows:
+        pts[c.model].append((c.simulated, c.value_tiling_runs, c.published))
+    t = solve_additive([p for v in pts.values() for p in v])
+    lomo = {m: solve_additive([p for k, v in pts.items() if k != m for p in v]) for m in pts}
+    return t, lomo
+
+
+def with_leave_one_model_out(comparisons: list[Comparison], stack: Stack) -> FittedConstant | None:
+    """Set each graph-mode row's leave-one-model-out figure: the constant ``stack.aicpu_tiling_us``
+    (fitted on every fit row) refitted without the row's model. The constant enters a step
+    additively, once per AICPU-tiled kernel run, so the refit needs no new simulation."""
+    t_now = stack.aicpu_tiling_us
+    rows = [c for c in comparisons if c.value_tiling_runs and c.stack == stack.name]
+    if not t_now or not rows:
+        return None
+    base = [dataclasses.replace(c, simulated=c.simulated - c.value_tiling_runs * t_now / 1000) for c in rows]
+    _, lomo = fit_aicpu_tiling(base)
+    for c, b in zip(rows, base):
+        if c.model in lomo:
+            c.lomo_simulated = b.simulated + c.value_tiling_runs * lomo[c.model] / 1000
+    return FittedConstant(stack.name, "aicpu_tiling_us", t_now, FIT_SCRIPT,
+                          tuple(f"{c.model} {c.row}" for c in fit_rows(comparisons)))
+
+
+def llm_set(tick: Callable[[], None] | None = None) -> tuple[list[Comparison], list[FittedConstant]]:
+    rows = read_rows()
+    out = fixed_batch(rows, tick=tick)
+    fitted = with_leave_one_model_out(out, get_stack(GRAPH_STACK))
+    return out + matmuls(rows), [fitted] if fitted else []
+
+
+def serving_set(tick: Callable[[], None] | None = None) -> tuple[list[Comparison], list[FittedConstant]]:
+    return serving_rows(tick=tick), []
+
+
+def median_error(rows: list[Comparison]) -> float:
+    return statistics.median(abs(c.error) for c in rows)
+
+
+__all__ = ["DATA", "HELD_BACK", "MODELS", "atlas_800i_a2", "fit_aicpu_tiling", "fit_rows", "fixed_batch", "llm_set",
+           "matmuls", "read_rows", "row_kv_impl", "row_stack", "serving_rows", "serving_set", "solve_additive",
+           "with_leave_one_model_out"]

@@ -35,6 +35,7 @@ gradient collectives, the optimizer and every rank's memory: `compose` returns t
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..kernels.cost import CostedKernel, cost
 from ..kernels.ir import AttentionKernel, Kernel, KernelSpec, VectorKernel
@@ -92,6 +93,9 @@ class Extras:
     checkpoint: bool = False
     accumulate: str = "after-first"   # gradients added into an accumulator: "every" micro-batch (Megatron's
     #                                   main_grad without accumulation fusion), "after-first" (torch's .grad), "none"
+    strategy: str = "exact"           # how the parameter-sized Vector kernels (gradient accumulation, optimizer)
+    #                                   are costed: "exact", or "grid" (`pypto_lab.kernels.grid`: exact at a grid of
+    #                                   sizes, linear beyond 4M elements; the configuration search's choice)
 
 
 @dataclass
@@ -254,7 +258,7 @@ class _Composer:
             if phase == "backward" and self.x.accumulate != "none" and self.params_trained.get(s, 0):
                 # the layer's new gradients added into the accumulated ones (see `accumulate_spec`)
                 spec = self.accumulate_spec(self.params_trained[s])
-                kc = cost(spec, self.chip)
+                kc = cost(spec, self.chip, self.x.strategy)
                 share = 1.0 if self.x.accumulate == "every" else (lay.micro_batches - 1) / lay.micro_batches
                 if share > 0:
                     p = stream.run(kc.time_us * share)
@@ -297,18 +301,28 @@ class _Composer:
         pieces: dict[tuple[int, int], list[tuple[float, float]]] = {}
         kernels: list[CostedKernel] = []
         cp_f = cp_b = 0.0
+        # chunks of the same layers (captured segments), ends and recomputation run the same: each such
+        # chunk is placed once (a chunk starts on a stream and a communication stream of its own)
+        same: dict[tuple, tuple] = {}
         for c in cs:
             keep = c.stage == 0 and c.virtual == 0
-            before = self.cp_comm_us
-            stream = Stream(plan.stack)
-            self._comm_free = 0.0
-            f, _, _, pf = self.run_chunk(c, "forward", stream, keep=keep)
-            cp_f += self.cp_comm_us - before if c.stage == 0 else 0.0
-            before = self.cp_comm_us
-            b, r, pc, pb = self.run_chunk(c, "backward", stream, keep=keep)
-            cp_b += self.cp_comm_us - before if c.stage == 0 else 0.0
+            key = (c.pre, c.post, tuple(self.cap(i) for i in range(c.first, c.last)),
+                   tuple(self.recomputed(c, i) for i in range(c.first, c.last)))
+            pf = pb = []
+            if keep or key not in same:
+                before = self.cp_comm_us
+                stream = Stream(plan.stack)
+                self._comm_free = 0.0
+                f, _, _, pf = self.run_chunk(c, "forward", stream, keep=keep)
+                df = self.cp_comm_us - before
+                before = self.cp_comm_us
+                b, r, pc, pb = self.run_chunk(c, "backward", stream, keep=keep)
+                same[key] = (f, b, r, [(t - f, nb) for t, nb in pc], df, self.cp_comm_us - before)
+            f, b, r, rel, df, db = same[key]
+            cp_f += df if c.stage == 0 else 0.0
+            cp_b += db if c.stage == 0 else 0.0
             fwd[c.stage][c.virtual], bwd[c.stage][c.virtual], rec[c.stage][c.virtual] = f, b, r
-            pieces[(c.stage, c.virtual)] = [(t - f, nb) for t, nb in pc]
+            pieces[(c.stage, c.virtual)] = list(rel)
             if keep:
                 for p in pf + pb:
                     u = p.unit
@@ -336,11 +350,14 @@ class _Composer:
         for s in range(pp):
             last_b = sched.last_backward_end(s)
             ready: list[tuple[float, float]] = []
+            last_of: dict[int, Any] = {}   # each chunk's last backward
+            for p in sched.of(s):
+                if p.kind == "B" and (p.chunk not in last_of or p.end_us > last_of[p.chunk].end_us):
+                    last_of[p.chunk] = p
             for v in range(vpp):
-                passes = [p for p in sched.of(s) if p.kind == "B" and p.chunk == v]
-                if not passes:
+                lastp = last_of.get(v)
+                if lastp is None:
                     continue
-                lastp = max(passes, key=lambda p: p.end_us)
                 ready += [(lastp.start_us + t, nb) for t, nb in pieces.get((s, v), [])]
             ready.sort()
             free = 0.0
@@ -369,7 +386,7 @@ class _Composer:
             opt_specs = self.optimizer_specs(n_opt) if n_opt else []
             stream = Stream(plan.stack, grads_done)
             for label, spec in opt_specs:
-                kc = cost(spec, self.chip)
+                kc = cost(spec, self.chip, x.strategy)
                 p = stream.run(kc.time_us)
                 if s == 0:
                     kept_kernels_opt.append(CostedKernel(Kernel(label, spec, (), (spec.op,), label), kc, 1,

@@ -23,6 +23,7 @@ batched isend/irecv). What a stage spends waiting is its bubble: with equal stag
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -50,17 +51,30 @@ class Schedule:
     passes: tuple[Pass, ...]
 
     def of(self, stage: int) -> list[Pass]:
-        return [p for p in self.passes if p.stage == stage]
+        return list(self._by_stage[stage])
 
-    @property
+    @functools.cached_property
+    def _by_stage(self) -> tuple[tuple[Pass, ...], ...]:
+        out: list[list[Pass]] = [[] for _ in range(self.pp)]
+        for p in self.passes:
+            out[p.stage].append(p)
+        return tuple(tuple(ps) for ps in out)
+
+    @functools.cached_property
     def end_us(self) -> float:
         return max(p.end_us for p in self.passes)
 
     def busy_us(self, stage: int) -> float:
-        return sum(p.end_us - p.start_us for p in self.of(stage))
+        return self._stats[stage][0]
 
     def last_backward_end(self, stage: int) -> float:
-        return max(p.end_us for p in self.of(stage) if p.kind == "B")
+        return self._stats[stage][1]
+
+    @functools.cached_property
+    def _stats(self) -> tuple[tuple[float, float], ...]:
+        """Per stage: its busy time and the end of its last backward."""
+        return tuple((sum(p.end_us - p.start_us for p in ps), max(p.end_us for p in ps if p.kind == "B"))
+                     for ps in self._by_stage)
 
     def bubble_us(self, stage: int) -> float:
         """Time stage ``stage`` idles between the step's start and the end of its last pass."""
@@ -84,13 +98,18 @@ class Schedule:
 
 def order(pp: int, vpp: int, m: int, stage: int) -> list[tuple[str, int, int]]:
     """The passes stage ``stage`` runs, in order, as (kind, micro-batch, chunk)."""
+    return list(_order(pp, vpp, m, stage))
+
+
+@functools.lru_cache(maxsize=256)
+def _order(pp: int, vpp: int, m: int, stage: int) -> tuple[tuple[str, int, int], ...]:
     if vpp == 1:
         warm = min(pp - stage - 1, m)
         out = [("F", i, 0) for i in range(warm)]
         for i in range(m - warm):
             out += [("F", warm + i, 0), ("B", i, 0)]
         out += [("B", m - warm + j, 0) for j in range(warm)]
-        return out
+        return tuple(out)
     total = m * vpp
 
     def micro(k: int) -> int:
@@ -107,7 +126,7 @@ def order(pp: int, vpp: int, m: int, stage: int) -> list[tuple[str, int, int]]:
     for k in range(total - warm):
         out += [fwd(warm + k), bwd(k)]
     out += [bwd(k) for k in range(total - warm, total)]
-    return out
+    return tuple(out)
 
 
 def simulate(forward_us: Sequence[Sequence[float]], backward_us: Sequence[Sequence[float]], m: int,
@@ -117,8 +136,9 @@ def simulate(forward_us: Sequence[Sequence[float]], backward_us: Sequence[Sequen
     transfer between two stages (activations forward, their gradient backward)."""
     pp, vpp = len(forward_us), len(forward_us[0])
     chunks = pp * vpp                       # global chunk g = c * pp + s (Megatron's model chunks)
-    orders = [order(pp, vpp, m, s) for s in range(pp)]
-    done: dict[tuple[str, int, int], float] = {}   # (kind, micro, global chunk) -> end
+    orders = [_order(pp, vpp, m, s) for s in range(pp)]
+    # done[(micro * chunks + global chunk) * 2 + (1 for a backward)]: the pass's end
+    done: dict[int, float] = {}
     free = [0.0] * pp
     at = [0] * pp
     passes: list[Pass] = []
@@ -127,24 +147,32 @@ def simulate(forward_us: Sequence[Sequence[float]], backward_us: Sequence[Sequen
         progress = False
         for s in range(pp):
             seq = orders[s]
-            while at[s] < len(seq):
-                kind, i, c = seq[at[s]]
+            n, k, t = len(seq), at[s], free[s]
+            fw, bw = forward_us[s], backward_us[s]
+            while k < n:
+                kind, i, c = seq[k]
                 g = c * pp + s
                 if kind == "F":
-                    dep = ("F", i, g - 1) if g > 0 else None
+                    dep = (i * chunks + g - 1) * 2 if g > 0 else -1
+                    dep_stage = (g - 1) % pp
                 else:
-                    dep = ("B", i, g + 1) if g < chunks - 1 else ("F", i, g)
-                if dep is not None and dep not in done:
-                    break
-                ready = 0.0 if dep is None else done[dep] + (p2p_us if dep[2] % pp != s else 0.0)
-                start = max(free[s], ready)
-                end = start + (forward_us[s][c] if kind == "F" else backward_us[s][c])
-                done[(kind, i, g)] = end
-                free[s] = end
-                passes.append(Pass(s, kind, i, c, start, end))
-                at[s] += 1
+                    dep = (i * chunks + g + 1) * 2 + 1 if g < chunks - 1 else (i * chunks + g) * 2
+                    dep_stage = (g + 1) % pp if g < chunks - 1 else s
+                if dep >= 0:
+                    got = done.get(dep)
+                    if got is None:
+                        break
+                    ready = got + (p2p_us if dep_stage != s else 0.0)
+                else:
+                    ready = 0.0
+                start = t if t > ready else ready
+                t = start + (fw[c] if kind == "F" else bw[c])
+                done[(i * chunks + g) * 2 + (kind == "B")] = t
+                passes.append(Pass(s, kind, i, c, start, t))
+                k += 1
                 remaining -= 1
                 progress = True
+            at[s], free[s] = k, t
         if not progress:   # pragma: no cover - the orders above never deadlock
             raise RuntimeError("pipeline schedule deadlocked")
     return Schedule(pp, vpp, m, tuple(passes))
@@ -155,7 +183,7 @@ def in_flight(pp: int, vpp: int, m: int, stage: int) -> list[int]:
     (forwards run whose backward has not), for each chunk: what the stage's memory must keep."""
     live = [0] * vpp
     peak = [0] * vpp
-    for kind, _, c in order(pp, vpp, m, stage):
+    for kind, _, c in _order(pp, vpp, m, stage):
         live[c] += 1 if kind == "F" else -1
         peak[c] = max(peak[c], live[c])
     return peak
@@ -164,11 +192,22 @@ def in_flight(pp: int, vpp: int, m: int, stage: int) -> list[int]:
 def peak_activations(pp: int, vpp: int, m: int, stage: int, per_chunk: Sequence[float]) -> float:
     """The stage's largest sum of live activations over its pass order (``per_chunk[c]``: one
     micro-batch's activations of chunk ``c``)."""
-    live = peak = 0.0
-    for kind, _, c in order(pp, vpp, m, stage):
-        live += per_chunk[c] if kind == "F" else -per_chunk[c]
-        peak = max(peak, live)
-    return peak
+    return max((sum(n * a for n, a in zip(live, per_chunk)) for live in _live_peaks(pp, vpp, m, stage)),
+               default=0.0)
+
+
+@functools.lru_cache(maxsize=256)
+def _live_peaks(pp: int, vpp: int, m: int, stage: int) -> tuple[tuple[int, ...], ...]:
+    """The live micro-batches per chunk at each point of the pass order where a run of forwards
+    ends (the live sum can only peak there), each distinct vector once."""
+    live = [0] * vpp
+    out: set[tuple[int, ...]] = set()
+    seq = _order(pp, vpp, m, stage)
+    for k, (kind, _, c) in enumerate(seq):
+        live[c] += 1 if kind == "F" else -1
+        if kind == "F" and (k + 1 == len(seq) or seq[k + 1][0] == "B"):
+            out.add(tuple(live))
+    return tuple(sorted(out))
 
 
 __all__ = ["Pass", "Schedule", "in_flight", "order", "peak_activations", "simulate"]

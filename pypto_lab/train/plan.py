@@ -70,15 +70,16 @@ class Unit:
         return self.cost.time_us
 
 
-def tuned(spec: KernelSpec, chip: Chip) -> KernelCost:
+def tuned(spec: KernelSpec, chip: Chip, strategy: str = "exact") -> KernelCost:
     """A kernel's cost: Cube kernels with the fastest tiling of the tile search's level-3 candidates
-    (what ``optimize`` at level 3 runs; CANN's training operators are tuned too)."""
+    (what ``optimize`` at level 3 runs; CANN's training operators are tuned too); other kernels by
+    ``strategy`` ("grid": `pypto_lab.kernels.grid`, fused attention over many heads from fewer)."""
     if isinstance(spec, CubeKernel):
         key = (id(chip), spec)
         if key not in _TUNED:
             _TUNED[key] = search_tiling(spec, chip, candidate_tilings(chip, spec)).best
         return _TUNED[key]
-    return cost(spec, chip)
+    return cost(spec, chip, strategy)
 
 
 _TUNED: dict[tuple[int, CubeKernel], KernelCost] = {}
@@ -115,6 +116,7 @@ class StepPlan:
     fuse_vector: bool = False
     mc2: bool = False
     stack: Stack = field(default_factory=lambda: get_stack(DEFAULT_TRAIN_STACK))
+    strategy: str = "exact"              # how kernels other than GEMMs are costed (`tuned`)
 
     def __post_init__(self):
         step = self.step
@@ -339,9 +341,10 @@ class StepPlan:
             bwd = self._lower(self.step.backward, "backward", unmapped, fused_count)
             for layer in self.step.fake_quant:   # QAT's fake quantisation (`pypto_lab.train.qat`)
                 f, b = fake_quant_kernels(layer, self.policy)
-                fwd += [Unit(f"{s.op}:{layer.name}", "forward", s, tuned(s, self.chip), self.post if self.block_order
-                             else PRE) for s in f]
-                bwd += [Unit(f"{s.op}:{layer.name}", "backward", s, tuned(s, self.chip), PRE) for s in b]
+                fwd += [Unit(f"{s.op}:{layer.name}", "forward", s, tuned(s, self.chip, self.strategy),
+                             self.post if self.block_order else PRE) for s in f]
+                bwd += [Unit(f"{s.op}:{layer.name}", "backward", s, tuned(s, self.chip, self.strategy), PRE)
+                        for s in b]
             if self.tp > 1 and self.block_order:
                 fwd, bwd = self._with_tp_collectives(fwd, "forward"), self._with_tp_collectives(bwd, "backward")
             if self.step.host_syncs:   # values the forward reads back (`capture.scalar_reads`), at its start
@@ -384,7 +387,8 @@ class StepPlan:
                             or any(self.step.base.get(a, a) in self.score_like for a in n.all_input_nodes)
                             for n in covered)
             for i, spec in enumerate(specs):
-                out.append(Unit(f"{getattr(spec, 'op', 'attention')}:{label}", phase, spec, tuned(spec, chip), seg,
+                out.append(Unit(f"{getattr(spec, 'op', 'attention')}:{label}", phase, spec,
+                                tuned(spec, chip, self.strategy), seg,
                                 grads=grads if i == len(specs) - 1 else (),
                                 attention=attention or isinstance(spec, AttentionKernel)))
             if not specs and grads:   # a gradient no kernel writes (a view): ready with the unit before it
@@ -451,10 +455,23 @@ class StepPlan:
 
     def workspace_bytes(self) -> int:
         """Two of the backward's largest tensors (a gradient being written and the one it reads)."""
+        memo = self.__dict__.get("_workspace_memo")
+        if memo is None:
+            memo = self.__dict__["_workspace_memo"] = self._workspace_bytes()
+        return memo
+
+    def _workspace_bytes(self) -> int:
         return 2 * max((self.act_bytes(n) for n in self.step.backward if n not in self.scores), default=0)
 
     def params_by_segment(self) -> tuple[dict[int, int], dict[int, int]]:
-        """Per segment: the parameters one tensor-parallel card holds, and of those the trained ones."""
+        """Per segment: the parameters one tensor-parallel card holds, and of those the trained ones
+        (computed once per plan)."""
+        memo = self.__dict__.get("_params_memo")
+        if memo is None:
+            memo = self.__dict__["_params_memo"] = self._params_by_segment()
+        return memo
+
+    def _params_by_segment(self) -> tuple[dict[int, int], dict[int, int]]:
         total: dict[int, int] = {}
         trained: dict[int, int] = {}
         for p, n in self.step.params.items():

@@ -251,6 +251,33 @@ def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", 
     (`pypto_lab.train.lora.LoRA`, or a rank). Returns a `TrainReport`; a step that does not fit in
     one card's HBM raises `HBMCapacityError` naming the cheapest changes that fit.
     """
+    args = {k: v for k, v in locals().items() if k != "loader"}
+    prep, layout = prepare_step(**args)
+    memory, peak = prep.memory(layout)
+    if peak > prep.chip.hbm_bytes:
+        _raise_capacity(prep, layout, memory, peak)
+    report = prep.report(layout)
+    if loader is not None:
+        report = _with_loader(report, loader)
+    return report
+
+
+def prepare_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", chip: str | Chip = DEFAULT_CHIP,
+                 cards: int | None = None, tp: int = 1, precision: str = "fp16", amp: str | None = None,
+                 grad_accum: int = 1, checkpoint: bool = False, bucket_mb: float | None = None,
+                 flash_attention: bool | None = None,
+                 sequence_parallel: bool = False, fuse_vector: bool | None = None,
+                 mc2: bool = False, stack: str | Stack | None = None, *, pp: int = 1, dp: int | None = None,
+                 cp: int = 1, ep: int = 1, vpp: int | None = None, micro_batches: int | None = None,
+                 zero: int | None = None, distributed_optimizer: bool = False, fsdp: bool = False,
+                 recompute: str | None = None, recompute_layers: int | None = None,
+                 recompute_method: str = "uniform", overlap_grad_reduce: bool = True,
+                 overlap_param_gather: bool = False, fp32_grads: bool | None = None,
+                 grad_accumulation_fusion: bool | None = None, lora: Any = None) -> tuple[Prepared, Layout]:
+    """`simulate_step`'s arguments checked, the step captured and lowered, without a layout's cost:
+    (the `Prepared` step, the checked `Layout`). ``prepared.memory(layout)`` and
+    ``prepared.report(layout)`` then cost any layout of the same cards, context parallelism and
+    micro-batch (`pypto_lab.explore.train_search` costs thousands of layouts from a few of these)."""
     from . import distributed
 
     _check_model_config(model)
@@ -362,13 +389,7 @@ def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", 
         _check("pp", pp, n_layers >= pp * layout.vpp, f"pipeline stages split the model's repeated blocks "
                f"({n_layers} found) into pp x vpp = {pp * layout.vpp} chunks",
                f"pp<={max(1, n_layers // layout.vpp)}" if n_layers else "pp=1 for a model without repeated blocks")
-    memory, peak = prep.memory(layout)
-    if peak > chip.hbm_bytes:
-        _raise_capacity(prep, layout, memory, peak)
-    report = prep.report(layout)
-    if loader is not None:
-        report = _with_loader(report, loader)
-    return report
+    return prep, layout
 
 
 @dataclass
@@ -399,6 +420,7 @@ class Prepared:
     recompute_method: str
     accumulate: str
     tokens_per_sample: int | None
+    strategy: str = "exact"     # the parameter-sized Vector kernels' costing (`Extras.strategy`)
     plans: dict = field(default_factory=dict, repr=False)
 
     def plan_for(self, lay: Layout) -> StepPlan:
@@ -408,7 +430,8 @@ class Prepared:
                 step=self.step, name=self.name, chip=self.chip, tp=lay.tp, hidden=self.hidden,
                 topology=self.topology, policy=self.policy, flash=self.flash, causal=self.causal,
                 sequence_parallel=lay.sequence_parallel, vocab=self.vocab if lay.tp > 1 else None,
-                fuse_vector=self.fuse_vector, mc2=self.mc2 and lay.tp > 1, stack=self.stack)
+                fuse_vector=self.fuse_vector, mc2=self.mc2 and lay.tp > 1, stack=self.stack,
+                strategy=self.strategy)
         return self.plans[key]
 
     @property
@@ -423,7 +446,7 @@ class Prepared:
         return Extras(model_layers=self.layers, optimizer=self.optimizer, bucket_mb=self.bucket_mb,
                       fp32_grads=self.fp32_grads, kv_heads=self.kv_heads, head_dim=self.head_dim,
                       recompute_method=self.recompute_method, checkpoint=lay.recompute == "full",
-                      accumulate=self.accumulate)
+                      accumulate=self.accumulate, strategy=self.strategy)
 
     def memory(self, lay: Layout) -> tuple[dict[str, int], int]:
         """The fullest stage's memory parts and total, without costing a kernel."""
@@ -479,5 +502,6 @@ def _with_loader(report: TrainReport, loader) -> TrainReport:
     return report
 
 
-__all__ = ["BucketComm", "CAPTURED_LAYERS", "HBMCapacityError", "OPTIMIZERS", "StageReport", "TrainConfigError",
-           "TrainReport", "lower_node", "policy_dtype", "simulate_step", "tuned", "uniform_layers"]
+__all__ = ["BucketComm", "CAPTURED_LAYERS", "HBMCapacityError", "OPTIMIZERS", "Prepared", "StageReport",
+           "TrainConfigError", "TrainReport", "lower_node", "policy_dtype", "prepare_step", "simulate_step", "tuned",
+           "uniform_layers"]

@@ -144,6 +144,8 @@ def test_a_step_that_does_not_fit_names_the_cheapest_changes_that_fit():
     text = str(e.value)
     assert "distributed_optimizer=True fits with" in text and "GiB per card" in text
     assert "optimizer state" in text   # the breakdown
+    # the weights, gradients and optimizer state alone exceed the card: no batch size is advice
+    assert "batch <= 0" not in text and "no batch fits this layout" in text
     fits = simulate_step(cfg, _ids(b=1, s=256, vocab=32000), precision="bf16", cards=8, chip="Ascend910B2",
                          distributed_optimizer=True)
     assert fits.peak_hbm_bytes <= get_chip("Ascend910B2").hbm_bytes

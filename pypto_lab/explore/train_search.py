@@ -190,7 +190,7 @@ def run_group(g: _Group) -> dict[str, Any]:
     from ..train.parallel import LayoutError, layout_of
     from ..train.step import prepare_step
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     chip = get_chip(g.chip)
     ids = torch.zeros(g.mbs, g.seq_len, dtype=torch.long)
     opts = dict(g.options)
@@ -201,8 +201,27 @@ def run_group(g: _Group) -> dict[str, Any]:
     t_memory = t_report = 0.0
     rows: list[dict[str, Any]] = []
     counts = {"layouts": 0, "fit": 0, "costed": 0, "dominated": 0, "too big": 0}
+    def layout(c: Candidate, rc):
+        return layout_of(g.cards, tp=c.tp, pp=c.pp, cp=c.cp, ep=c.ep, vpp=c.vpp, micro_batches=c.micro_batches,
+                         zero=c.zero, distributed_optimizer=c.distributed_optimizer, recompute=rc,
+                         sequence_parallel=c.tp > 1, overlap_grad_reduce=opts.get("overlap_grad_reduce", True),
+                         overlap_param_gather=opts.get("overlap_param_gather", False))
+
     for c in g.candidates:
         fitted = None
+        # the most recomputation first: a layout that does not fit with it fits with no less
+        most = g.recompute[-1]
+        if len(g.recompute) > 1:
+            t1 = time.perf_counter()
+            try:
+                _, peak = prep.memory(layout(c, most))
+            except LayoutError:
+                peak = math.inf
+            t_memory += time.perf_counter() - t1
+            if peak > chip.hbm_bytes:
+                counts["layouts"] += len(g.recompute)
+                counts["too big"] += len(g.recompute)
+                continue
         for rc in g.recompute:
             counts["layouts"] += 1
             if fitted is not None:
@@ -210,11 +229,7 @@ def run_group(g: _Group) -> dict[str, Any]:
                 counts["fit"] += 1   # more recomputation frees memory: it fits too
                 continue
             try:
-                lay = layout_of(g.cards, tp=c.tp, pp=c.pp, cp=c.cp, ep=c.ep, vpp=c.vpp, micro_batches=c.micro_batches,
-                                zero=c.zero, distributed_optimizer=c.distributed_optimizer, recompute=rc,
-                                sequence_parallel=c.tp > 1,
-                                overlap_grad_reduce=opts.get("overlap_grad_reduce", True),
-                                overlap_param_gather=opts.get("overlap_param_gather", False))
+                lay = layout(c, rc)
             except LayoutError:
                 continue
             t1 = time.perf_counter()
@@ -245,6 +260,7 @@ def run_group(g: _Group) -> dict[str, Any]:
                          "memory_gib": {k: v / 2 ** 30 for k, v in rep.memory.items()},
                          "parts_ms": _parts(rep), "args": args})
     return {"rows": rows, "counts": counts, "seconds": time.perf_counter() - t0, "group": (g.mbs, g.cp),
+            "cpu_seconds": time.process_time() - c0,
             "phases": {"capture": t_capture, "memory": t_memory, "cost": t_report}}
 
 
@@ -265,6 +281,8 @@ class LayoutSearch:
     groups: int
     workers: int
     group_seconds: list[float] = field(default_factory=list)
+    cpu_seconds: float = 0.0          # the groups' CPU time, summed over the workers
+    phases: dict[str, float] = field(default_factory=dict)   # capture / memory / cost, worker wall seconds
 
     @property
     def best(self) -> dict[str, Any] | None:
@@ -325,7 +343,8 @@ class LayoutSearch:
 
 
 def _shape(r: dict) -> tuple:
-    return (r["tp"], r["pp"], r["cp"], r["vpp"], r["micro_batch"])
+    """What makes two layouts different in kind (the virtual chunks and sharding are refinements)."""
+    return (r["tp"], r["pp"], r["cp"], r["micro_batch"])
 
 
 def describe(r: dict[str, Any]) -> str:
@@ -415,7 +434,9 @@ def search_layouts(config, cards: int, global_batch: int, seq_len: int | None = 
     return LayoutSearch(model=getattr(config, "model_type", "causal-lm"), chip=chip_obj.name, cards=cards,
                         global_batch=global_batch, seq_len=seq_len, rows=rows, counts=counts,
                         seconds=time.perf_counter() - t0, groups=len(groups), workers=workers,
-                        group_seconds=[res["seconds"] for res in results])
+                        group_seconds=[res["seconds"] for res in results],
+                        cpu_seconds=sum(res["cpu_seconds"] for res in results),
+                        phases={k: sum(res["phases"][k] for res in results) for k in ("capture", "memory", "cost")})
 
 
 def run_groups(groups: list[_Group]) -> list[dict[str, Any]]:

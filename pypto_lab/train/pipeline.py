@@ -26,12 +26,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Pass:
+class Pass(NamedTuple):
     """One forward ("F") or backward ("B") pass of micro-batch ``micro`` through model chunk
-    ``chunk`` (0..vpp-1) of stage ``stage``, placed in time."""
+    ``chunk`` (0..vpp-1) of stage ``stage``, placed in time (a named tuple: a step of a large
+    pipeline places tens of thousands)."""
 
     stage: int
     kind: str

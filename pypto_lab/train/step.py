@@ -484,7 +484,10 @@ def _raise_capacity(prep: Prepared, layout: Layout, memory: dict[str, int], peak
         f"({chip.hbm_bytes / gb:.0f} GiB): " + ", ".join(f"{k} {v / gb:.1f}" for k, v in memory.items())
         + ". Rule: one card's step must fit its HBM. Fix: "
         + (advice + "; or " if advice else "")
-        + f"batch <= {max(largest, 0)} per card, or more cards")
+        + (f"batch <= {largest} per card, or more cards" if largest >= 1 else
+           f"more cards (no batch fits this layout: the weights, gradients and optimizer state alone need "
+           f"{static / gb:.1f} GiB)" if static >= chip.hbm_bytes else
+           "more cards (not even one sample fits beside the weights, gradients and optimizer state)"))
 
 
 def _with_loader(report: TrainReport, loader) -> TrainReport:

@@ -45,3 +45,43 @@ def test_in_place_concatenation_computes_the_same():
     two = pypto_lab.optimize(model, x, chip="Ascend310P3", level=2)(x)   # written in place
     assert torch.equal(one, two)
     assert torch.allclose(two, model(x), atol=1e-2)                     # fp16 on the 310P3
+
+
+class Dense(nn.Module):
+    """A DenseNet-style block: each concatenation takes every feature before it again."""
+
+    def __init__(self):
+        super().__init__()
+        self.f1 = nn.Conv2d(16, 16, 3, padding=1)
+        self.f2 = nn.Conv2d(32, 16, 3, padding=1)
+        self.f3 = nn.Conv2d(48, 16, 3, padding=1)
+
+    def forward(self, x):
+        x0 = torch.relu(x)
+        x1 = torch.relu(self.f1(x0))
+        c1 = torch.cat([x0, x1], 1)
+        x2 = torch.relu(self.f2(c1))
+        c2 = torch.cat([x0, x1, x2], 1)
+        return self.f3(c2)
+
+
+def _dense(batch: int):
+    x = torch.randn(batch, 16, 28, 28)
+    rep = pypto_lab.optimize(Dense().eval(), x, chip="Ascend310P3", level=2).report()
+    layout = next(p for p in rep.passes if p.name == "layout")
+    return [k.name.split(":")[0] for k in rep.kernels], layout
+
+
+def test_reused_inputs_share_the_first_concatenations_buffer_and_later_ones_copy_at_batch_1():
+    # GE's ConcatNotaskPass: x0 and x1 live in c1's buffer (no kernel); c2 takes them again, so it copies
+    kernels, layout = _dense(1)
+    assert kernels.count("ConcatD") == 1
+    assert any("share one buffer" in n.reason and "ConcatNotaskPass" in n.reason for n in layout.notes)
+    assert any(n.node == "cat_1" and "already lives in an earlier concatenation's buffer" in n.reason
+               for n in layout.notes)
+
+
+def test_at_batch_2_a_channel_concatenation_is_not_contiguous_and_every_one_copies():
+    kernels, layout = _dense(2)
+    assert kernels.count("ConcatD") == 2
+    assert any("not contiguous" in n.reason for n in layout.notes)

@@ -3,7 +3,8 @@
 Part 1 (this file's cells down to PART2_CELLS): a new MoE architecture on the simulated Ascend the
 day it appears: optimize, its CPU fallbacks, the router written as a pto kernel, plugged in with
 custom_op, the report before and after. Part 2 goes in PART2_CELLS at the end (prefill and decode,
-serving, HBM); the generator appends it after part 1.
+serving, HBM); the generator appends it after part 1. Part 3 (after PART2_CELLS): DeepSeek-V3.2,
+Qwen3-Next and GLM-4.5 decoding with their own pto kernels plugged into the engine's step.
 """
 
 from _notebook import Notebook
@@ -635,6 +636,61 @@ Where to trust it, and why:
 
 for kind, text in PART2_CELLS:
     {"md": md, "code": code}[kind](text)
+
+
+# ---- Part 3: the 2025 models with their own kernels in the decode step (issue 27, part 4) ----------
+md("""
+## Part 3: three 2025 models, each with its new kernel in the decode step
+
+DeepSeek-V3.2, Qwen3-Next and GLM-4.5 each bring a layer the engine's stock kernels do not have:
+DeepSeek Sparse Attention (a lightning indexer picks 2,048 cached tokens, attention reads only
+those), Gated DeltaNet linear attention in three of every four Qwen3-Next layers (a fixed-size
+recurrent state instead of a KV cache), and GLM-4.5's MoE fused into one kernel. The engine reads
+the three from their public `config.json` and models those layers with its own kernels; a pto
+kernel can take a layer kind's place, as `custom_op(npu_func=...)` does for `optimize`:
+
+```python
+simulate_generation(model, ..., kernels={"attention" | "linear_attention" | "moe": kernel})
+```
+
+Each plugged kernel is run in SIM, cost-only, at the decode step's real shapes on the card (heads
+and widths divided by tensor parallelism), once per shape; the report names it with its simulated
+µs per call and calls per step. The kernels are the workbench's own, written in `pypto_lab.pto`
+from each model's public code (`pypto_lab/llm/model_kernels.py`), checked against torch references
+in `tests/test_llm_plugged.py`. Prefill keeps the engine's kernels.
+""")
+code("""
+from pypto_lab.llm import plug, simulate_generation
+
+setups = [("deepseek-v3.2", dict(cards=16, precision="w8a16"), "attention", plug.sparse_mla_attention()),
+          ("qwen3-next", dict(cards=4), "linear_attention", plug.gated_delta_rule()),
+          ("glm-4.5", dict(cards=16), "moe", plug.fused_moe())]
+for name, kw, kind, kernel in setups:
+    base = simulate_generation(name, batch=1, prompt_len=4096, output_len=16, context_points=2, **kw)
+    r = simulate_generation(name, batch=1, prompt_len=4096, output_len=16, context_points=2,
+                            kernels={kind: kernel}, **kw)
+    print(f"{name}: TPOT {base.tpot_ms:.3f} ms with the engine's kernels, {r.tpot_ms:.3f} ms plugged")
+    print(r.plugged_table())
+""")
+md("""
+**Sparse against dense attention.** DeepSeek-V3.2 with the sparse kernel (and the indexer's own
+kernels, which score every cached token) against the same model run as dense MLA (the whole latent
+cache, no indexer), per decode step on one of 16 cards. At short context the indexer costs more
+than it saves; past about 64 k tokens the sparse step stays nearly flat while the dense one grows
+with the cache.
+""")
+code("""
+from pypto_lab.llm.configs import spec_of
+from pypto_lab.llm.engine import hardware
+from pypto_lab.llm.forward import forward_kernels, step_time_us
+
+spec, hw = spec_of("deepseek-v3.2"), hardware("Ascend910B1", cards=16, precision="w8a16")
+sparse = plug.resolve(spec, hw, {"attention": plug.sparse_mla_attention()})
+dense = plug.resolve(spec, hw, {"attention": plug.dense_mla_attention()})
+for c in (4096, 16384, 65536, 131072):
+    s, d = (step_time_us(forward_kernels(spec, hw, decode=[c], plugged=p), hw.stack) / 1000 for p in (sparse, dense))
+    print(f"context {c:>7,}: sparse {s:6.2f} ms, dense MLA {d:6.2f} ms per decode step")
+""")
 
 
 if __name__ == "__main__":

@@ -74,6 +74,12 @@ class Report:
         return sum(k.gm_bytes for k in self.kernels)
 
     @property
+    def dram_bytes(self) -> float:
+        """Bytes that cross DRAM (HBM / LPDDR): each kernel's first touches and write-backs, less what
+        L2 kept between operators."""
+        return sum(k.cost.hbm_bytes * k.count for k in self.kernels)
+
+    @property
     def peak_memory_bytes(self) -> int:
         """Peak GM use of one run under this level's plan (no buffer reuse before level 2)."""
         return int(self.memory.peak_bytes) if self.memory else 0
@@ -112,7 +118,7 @@ class Report:
         return {
             "model": self.model, "chip": self.chip.name, "level": self.level, "precision": self.precision,
             "batch": self.batch, "latency_us": self.latency_us, "throughput_per_s": self.throughput_per_s,
-            "kernel_count": len(self.kernels), "gm_bytes": self.gm_bytes,
+            "kernel_count": len(self.kernels), "gm_bytes": self.gm_bytes, "dram_bytes": self.dram_bytes,
             "peak_memory_bytes": self.peak_memory_bytes,
             "peak_memory_bytes_with_reuse": int(self.memory.peak_bytes_reuse) if self.memory else 0,
             "cube_utilization": self.utilization("cube"), "vector_utilization": self.utilization("vector"),

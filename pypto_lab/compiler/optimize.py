@@ -12,7 +12,9 @@ Optimisation levels are `Pipeline`s of configured pass instances:
 * 1: + merged parallel matmuls, fused RMSNorm, RoPE, SwiGLU and KV-cache writes, BatchNorm folding, Conv+BN+ReLU
   and matmul-epilogue fusion, fused LayerNorm, fused attention, element-wise chain fusion; default
   tilings (roofline estimate). The software stack decides which of these fusions run;
-* 2: + device layouts NC1HWC0 / FRACTAL_NZ with the TransData they need, and GM buffer reuse;
+* 2: + device layouts NC1HWC0 / FRACTAL_NZ with the TransData they need, GM buffer reuse, and (where
+  the stack applies ATC's l2_optimize) activations kept in L2 between the kernels that write and
+  read them while they fit (`l2_residency`);
 * 3: + tiling search with the simulator (`tune_tiling`) and scheduling on two streams, which
   may change the order of computation (overlaps AIC-only and AIV-only kernels on 910B).
 
@@ -51,6 +53,7 @@ from ..passes.fuse_kv_write import FuseKvWrite
 from ..passes.fuse_rmsnorm import FuseRmsNorm
 from ..passes.fuse_rope import FuseRope
 from ..passes.fuse_swiglu import FuseSwiGlu
+from ..passes.l2_residency import L2Residency
 from ..passes.layout import AssignLayout
 from ..passes.merge_matmuls import MergeMatmuls
 from ..passes.mixed_precision import MixedPrecision
@@ -80,8 +83,9 @@ _FUSION = (MergeMatmuls(), FuseRmsNorm(), FuseRope(), FuseSwiGlu(), FuseKvWrite(
 LEVELS: dict[int, Pipeline] = {
     0: Pipeline((MapOps(), Decompose(), *_PRECISION, NaiveTiling())),
     1: Pipeline((MapOps(), Decompose(), *_FUSION, *_PRECISION)),
-    2: Pipeline((MapOps(), Decompose(), *_FUSION, AssignLayout(), *_PRECISION)),  # + GM buffer reuse
-    3: Pipeline((MapOps(), Decompose(), *_FUSION, AssignLayout(), *_PRECISION, TuneTiling()), streams=2),
+    2: Pipeline((MapOps(), Decompose(), *_FUSION, AssignLayout(), *_PRECISION, L2Residency())),  # + GM buffer reuse
+    3: Pipeline((MapOps(), Decompose(), *_FUSION, AssignLayout(), *_PRECISION, L2Residency(), TuneTiling()),
+                streams=2),
 }
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 # the latest OptimizedModel made from each model (for calls that name the model, as the seed's
@@ -126,7 +130,17 @@ def build_report(model_name: str, chip: Chip, level: int, precision: str, cube_p
                               sum(k.gm_bytes for k in kernels)))
     plan = memory_plan(graph, precision=cube_precision, allocator=options.plan_allocator(level))
     return Report(model_name, chip, level, precision, batch, kernels, steps, fallbacks(graph), plan,
-                  [*notes, *load3d_note(kernels)], schedule)
+                  [*notes, *load3d_note(kernels), *l2_note(kernels)], schedule)
+
+
+def l2_note(kernels) -> list[str]:
+    """A line saying how many DRAM bytes L2 kept between operators (none if it kept nothing)."""
+    kept = sum(r.l2_kept_bytes * k.count for k in kernels for r in k.reports)
+    if not kept:
+        return []
+    dram = sum(k.cost.hbm_bytes * k.count for k in kernels)
+    return [f"L2 kept {kept / 1e6:,.1f} MB of activations between operators (l2_optimize): {dram / 1e6:,.1f} MB "
+            f"cross DRAM instead of {(dram + kept) / 1e6:,.1f} MB"]
 
 
 def load3d_note(kernels) -> list[str]:

@@ -29,6 +29,14 @@ Sources:
 * [vconv] The Vector unit's instruction set as the chip presets time it (VADD, VRELU, VADDRELU,
   VCONV, VEXP, ...): an activation FixPipe lacks costs the instructions listed in
   `VECTOR_ACTIVATIONS`; vconv_deq / VCONV does the (de)quantising cast.
+* [fa] FlashAttentionScore's product support: Atlas A2/A3 training products only, not the Atlas
+  training series (910A) nor the Atlas inference series (310P) (cann/ops-transformer
+  attention/flash_attention_score/README.md; hiascend aclnnFlashAttentionScoreV2, CANN community
+  8.3.RC1.alpha003: "Atlas 推理系列产品 ×", "Atlas 训练系列产品 ×"). PromptFlashAttention later
+  gained fp16 support on Atlas inference accelerator cards, as an aclnn / torch_npu operator a
+  model calls; ATC's graph-fusion rule list (hiascend graphdevg atlasag_25_0078) has no pass that
+  turns a model's matmul, softmax, matmul into it, so an attention there runs as BatchMatMul,
+  SoftmaxV2, BatchMatMul with the scores in GM.
 """
 
 from __future__ import annotations
@@ -134,6 +142,7 @@ class CoreCapabilities:
     conv_formats: frozenset            # GM formats a convolution kernel reads and writes (activations)
     nd2nz_on_load: bool                # MTE2 converts ND -> FRACTAL_NZ on the way into L1 [nd2nz]
     sources: str = ""
+    flash_attention: bool = False      # a FlashAttention kernel exists for this core version [fa]
 
     @property
     def has_fixpipe(self) -> bool:
@@ -174,19 +183,20 @@ CAPABILITIES: dict[str, CoreCapabilities] = {
         conv_formats=frozenset({NC1HWC0}),
         nd2nz_on_load=True,
         sources="[fixpipe] FixpipeParamsV220 quantPre / reluEn; [c220] no element-wise operand, no clip-ReLU; "
-                "[bt] bias from the BiasTable; [nd2nz] DataCopy Nd2NzParams, Fixpipe nz2nd",
+                "[bt] bias from the BiasTable; [nd2nz] DataCopy Nd2NzParams, Fixpipe nz2nd; [fa] FlashAttentionScore",
+        flash_attention=True,
     ),
     "AIC-C-100": CoreCapabilities(
         "AIC-C-100", frozenset(), frozenset(), matmul_formats=frozenset({NZ}), conv_formats=frozenset({NC1HWC0}),
         nd2nz_on_load=False,
         sources="[fixpipe] Fixpipe is not supported on the Atlas training series: L0C drains to UB through the "
-                "Vector unit",
+                "Vector unit; [fa] no FlashAttentionScore on the Atlas training series",
     ),
     "AIC-M-200": CoreCapabilities(
         "AIC-M-200", frozenset(), frozenset(), matmul_formats=frozenset({NZ}), conv_formats=frozenset({NC1HWC0}),
         nd2nz_on_load=False,
         sources="[fixpipe] Fixpipe is not supported on the Atlas inference series AI Core: L0C drains to UB "
-                "through the Vector unit",
+                "through the Vector unit; [fa] no FlashAttentionScore on the Atlas inference series",
     ),
 }
 assert set(CAPABILITIES) == set(CORE_VERSIONS), "every core version a preset may name needs a row"

@@ -14,7 +14,8 @@ published figure; static power is a stated assumption. Nothing is fitted to a me
 
 What the model counts (`kernel_traffic`), per kernel report of the simulator:
 
-* DRAM bytes: the kernel's first touches (``min_gm_bytes``) plus its re-reads that miss L2
+* DRAM bytes: the kernel's first touches (``min_gm_bytes``, less what L2 kept between operators,
+  ``l2_kept_bytes``) plus its re-reads that miss L2
   (hit rate ``min(1, L2 size / first-touch bytes)``, as the timing model's `gm_rates` assumes).
 * L2 bytes: every byte the cores move to or from GM (``gm_bytes``): GM traffic goes through L2.
 * L1 bytes (Cube kernels): the A and B panels written into L1 and read out of it into L0A/L0B,
@@ -158,7 +159,7 @@ def kernel_traffic(r: KernelReport) -> KernelTraffic:
     first = min(r.min_gm_bytes, r.gm_bytes)
     hit = min(1.0, chip.l2_bytes / first) if first > 0 else 1.0
     levels["L2"] = r.gm_bytes
-    levels["DRAM"] = first + (r.gm_bytes - first) * (1.0 - hit)
+    levels["DRAM"] = max(0.0, first - getattr(r, "l2_kept_bytes", 0.0)) + (r.gm_bytes - first) * (1.0 - hit)
     macs = ops = 0.0
     if r.unit == "cube":
         frac = chip.cube.fractals.get(r.dtype, (16, 16, 16))

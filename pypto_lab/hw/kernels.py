@@ -79,6 +79,13 @@ class KernelReport:
     vector_utilization: float
     instructions: Timeline = field(repr=False)
     epilogue: Epilogue | None = None  # a Cube kernel's epilogue (stages and the unit of each)
+    l2_kept_bytes: float = 0.0      # of min_gm_bytes, what stayed in L2 between operators (no DRAM)
+
+    @property
+    def dram_bytes(self) -> float:
+        """Bytes that cross DRAM: the first touches and write-backs, less what L2 kept between
+        operators (`pypto_lab.hw.l2_residency`)."""
+        return max(0.0, self.min_gm_bytes - self.l2_kept_bytes)
 
     @property
     def tflops(self) -> float:
@@ -97,7 +104,8 @@ class KernelReport:
             "pipe_busy": dict(self.pipe_busy), "buffer_peak": dict(self.buffer_peak),
             "roofline_cycles": self.roofline_cycles, "bound": self.bound,
             "cube_utilization": self.cube_utilization, "vector_utilization": self.vector_utilization,
-            "instruction_count": self.instruction_count,
+            "instruction_count": self.instruction_count, "l2_kept_bytes": self.l2_kept_bytes,
+            "dram_bytes": self.dram_bytes,
         }
         if timeline_limit:
             d["instructions"] = self.instructions.records(timeline_limit)
@@ -131,10 +139,31 @@ class Im2col:
         return min(1.0, in_rows * self.w / (rows * self.kh * self.kw))
 
 
+L2_OPERANDS = ("a", "b", "residual")  # what a Cube kernel reads: A, B, the residual its epilogue adds
+
+
+def check_l2_bytes(l2_reads: float, l2_writes: float) -> None:
+    """Bytes kept in L2 between operators must be finite and >= 0."""
+    for label, v in (("l2_reads", l2_reads), ("l2_writes", l2_writes)):
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not 0 <= v < float("inf"):
+            raise ValueError(f"{label} = {v!r}: bytes an earlier or later kernel finds in L2, a finite number >= 0. "
+                             f"Fix: pass 0 (everything crosses DRAM) or the bytes of the tensors kept in L2")
+
+
+def write_back_share(hbm_share: float, writes: float, kept: float) -> float:
+    """The HBM share a core's write-backs run at when ``kept`` of its ``writes`` bytes stay in L2:
+    the write-back of each tile shrinks to its share that reaches DRAM (none when all stay)."""
+    if kept <= 0 or writes <= 0:
+        return hbm_share
+    reaching = 1.0 - kept / writes
+    return float("inf") if reaching <= 1e-12 else hbm_share / reaching
+
+
 def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chip = DEFAULT_CHIP,
                     tile: CubeTile | dict | None = None, double_buffer: bool = True,
                     out_dtype: str | None = None, epilogue: Epilogue | str = "none", batch: int = 1,
-                    name: str | None = None, im2col: Im2col | None = None) -> KernelReport:
+                    name: str | None = None, im2col: Im2col | None = None, l2_operands: tuple[str, ...] = (),
+                    l2_writes: float = 0.0, useful_macs: float | None = None) -> KernelReport:
     """Simulate ``C[m, n] = A[m, k] @ B[k, n]`` (``batch`` independent copies) on a Cube kernel.
 
     ``im2col``: A is a convolution's im2col matrix, which the Cube never reads from GM: each A
@@ -144,11 +173,26 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
     ``epilogue`` is what happens to C between L0C and GM: an `Epilogue` (stages and the unit of
     each, `pypto_lab.hw.capabilities.place_epilogue`) or one of the names in `EPILOGUES`, placed
     for the chip. A residual epilogue reads one more tensor of C's shape from GM; a quant stage on a
-    result that is not int8 itself writes an int8 copy beside it (double-output quant fusion)."""
+    result that is not int8 itself writes an int8 copy beside it (double-output quant fusion).
+
+    ``l2_operands``: the operands ("a", "b", "residual") an earlier kernel left in L2, whose every
+    read (a convolution's overlapping feature-map rows too) is served by L2; ``l2_writes``: bytes
+    of its results that stay in L2 for the kernels that read them and never reach DRAM, at most what
+    it writes (residency between operators, ATC's l2_optimize: `pypto_lab.hw.l2_residency`).
+
+    ``useful_macs``: of the ``batch x m x k x n`` MACs the Cube runs, those the computation needs (a
+    grouped convolution's groups packed into block-diagonal weights; None: all). The time is the
+    Cube's; ``flops`` and ``cube_utilization`` count the useful work."""
     chip = get_chip(chip)
     for label, v in (("m", m), ("k", k), ("n", n), ("batch", batch)):
         if not isinstance(v, (int, np.integer)) or v <= 0:
             raise ValueError(f"matmul {label} = {v!r}: dimensions must be positive integers")
+    check_l2_bytes(0.0, l2_writes)
+    l2_operands = tuple(l2_operands)
+    stray = sorted(set(l2_operands) - set(L2_OPERANDS))
+    if stray:
+        raise ValueError(f"l2_operands {stray}: the operands of a Cube kernel are {', '.join(L2_OPERANDS)}. Fix: name "
+                         "the ones an earlier kernel left in L2, e.g. l2_operands=('a',)")
     epilogue = as_epilogue(chip, epilogue)
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype {dtype!r} is not known; choose one of {', '.join(chip.cube.fractals)}")
@@ -189,7 +233,9 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
     else:
         rd = (rf + cf) * k * eb
     wr = out.copy()
-    first = np.where(bj == 0, rf * k * eb, 0.0) + np.where(bi == 0, cf * k * eb, 0.0) + out
+    a_first = np.where(bj == 0, rf * k * eb, 0.0)
+    b_first = np.where(bi == 0, cf * k * eb, 0.0)
+    first = a_first + b_first + out
     if vector_epilogue:
         rd += out
         wr += out
@@ -204,9 +250,13 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
         a_scale = im2col.gm_fraction(tile.m_l1 if k_steps == 1 else tile.m_l0)
         a_rd = (subs_n * rf if k_steps > 1 else rf) * k * eb
         rd -= a_rd * (1.0 - a_scale)
-        first -= np.where(bj == 0, rf * k * eb, 0.0) * (1.0 - a_scale)
+        first -= a_first * (1.0 - a_scale)
+        a_first = a_first * a_scale
     else:
         a_scale = 1.0
+    kept_rd = (float(a_first.sum()) if "a" in l2_operands else 0.0) + \
+        (float(b_first.sum()) if "b" in l2_operands else 0.0) + \
+        (float(out.sum()) if "residual" in l2_operands and epilogue.residual else 0.0)
     reads, writes, unique = float(rd.sum()), float(wr.sum()), float(first.sum())
     gm_bytes = reads + writes
     # what the cores reuse at one time: the A row panels and B column panels of two waves of blocks
@@ -214,7 +264,10 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
     wave_cols = min(bn_count, 2 * active)
     working_set = (wave_rows * tile.m_l1 + wave_cols * tile.n_l1) * k * eb
     busiest_rd = float(np.bincount(np.arange(n_blocks) % chip.cube_cores, weights=rd, minlength=active).max())
-    rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, unique - writes, busiest_rd, active, working_set)
+    kept_rd = min(kept_rd, unique - writes)
+    rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, unique - writes, busiest_rd, active, working_set, kept_rd)
+    kept_wr = min(float(l2_writes), writes)
+    hbm_share = write_back_share(hbm_share, writes, kept_wr)
 
     # one program per distinct list of (rows, cols) blocks: it is all a core's program depends on
     program = CubeProgram.for_matmul(chip, plan, dtype, out_dtype, rate_rd, rate_wr, hbm_share, epilogue, a_scale)
@@ -229,14 +282,19 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
     parts = [(sim, cube_placements(chip, cores)) for sim, (_, cores) in zip(simulated, groups.values())]
     tl = simulate_placed(parts, chip.cube_cores + (chip.vector_cores if chip.split_cores else 0))
 
-    flops = 2.0 * batch * m * n * k
+    run_macs = float(batch) * m * n * k
+    if useful_macs is not None and not 0 < useful_macs <= run_macs:
+        raise ValueError(f"useful_macs = {useful_macs!r}: the MACs the computation needs, more than 0 and at most the "
+                         f"{run_macs:,.0f} the Cube runs. Fix: pass None when every MAC is useful")
+    flops = 2.0 * (run_macs if useful_macs is None else useful_macs)
     macs_cycle = chip.cube.macs_per_cycle(dtype)
-    compute_cycles = flops / 2 / (macs_cycle * chip.cube_cores)
-    mem_cycles = unique / chip.hbm_bytes_per_cycle()
+    compute_cycles = run_macs / (macs_cycle * chip.cube_cores)   # the Cube's busy time, useful or not
+    useful_cycles = flops / 2 / (macs_cycle * chip.cube_cores)
+    mem_cycles = (unique - kept_rd - kept_wr) / chip.hbm_bytes_per_cycle()
     roof = max(compute_cycles, mem_cycles)
     cycles = tl.total_cycles
     busy_core = int(np.argmax(tl.busy[:, 4]))  # the core whose Cube is busiest
-    cube_util = compute_cycles / cycles if cycles else 0.0
+    cube_util = useful_cycles / cycles if cycles else 0.0
     vec_busy = tl.busy[:, 5].sum()
     vec_cores = chip.vector_cores if chip.split_cores else chip.cube_cores
     peak = plan.buffer_peak()
@@ -252,7 +310,7 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
         pipe_busy=tl.pipe_busy(busy_core), buffer_peak=peak,
         roofline_cycles=roof, bound="compute" if compute_cycles >= mem_cycles else "memory",
         cube_utilization=cube_util, vector_utilization=vec_busy / (cycles * vec_cores) if cycles else 0.0,
-        instructions=tl, epilogue=epilogue,
+        instructions=tl, epilogue=epilogue, l2_kept_bytes=kept_rd + kept_wr,
     )
 
 
@@ -387,7 +445,7 @@ def fuse_vector_ops(ops: list[str], inputs: int) -> VectorOp:
 def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: str | Chip = DEFAULT_CHIP,
                     tile: VecTile | dict | None = None, double_buffer: bool = True,
                     row_len: int | None = None, name: str | None = None,
-                    compute_dtype: str | None = None) -> KernelReport:
+                    compute_dtype: str | None = None, l2_reads: float = 0.0, l2_writes: float = 0.0) -> KernelReport:
     """Simulate a Vector kernel applying ``op`` (a name in `VECTOR_OPS`, or a `VectorOp` such as
     a fused chain from `fuse_vector_ops`) to ``numel`` elements (rows of ``row_len`` for row-wise
     ops; default 1024 or numel if smaller).
@@ -395,8 +453,12 @@ def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: s
     ``dtype`` is what GM holds; ``compute_dtype`` (default: the same) is what the Vector unit
     computes in. A wider compute dtype (fp32 kept for softmax or a norm under mixed precision)
     costs a VCONV up after each load and one down before each store, and UB tiles of the wider
-    type; GM traffic stays in ``dtype``."""
+    type; GM traffic stays in ``dtype``.
+
+    ``l2_reads`` / ``l2_writes``: bytes of its inputs an earlier kernel left in L2 and of its
+    result that stays in L2 (residency between operators, as in `simulate_matmul`)."""
     chip = get_chip(chip)
+    check_l2_bytes(l2_reads, l2_writes)
     if isinstance(op, str) and op not in VECTOR_OPS:
         raise ValueError(f"vector op {op!r} is not known; choose one of {', '.join(VECTOR_OPS)}")
     if dtype not in VECTOR_DTYPES:
@@ -446,7 +508,11 @@ def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: s
     gm_bytes = numel * eb * (spec.inputs + 1)
     reads = numel * eb * spec.inputs
     busiest_rd = max(sum(tiles[t] for t in core_tiles) for core_tiles in per_core) * eb * spec.inputs
-    rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, reads, busiest_rd, active)
+    kept_rd = min(float(l2_reads), reads)
+    rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, reads, busiest_rd, active, None, kept_rd)
+    writes = numel * eb
+    kept_wr = min(float(l2_writes), writes)
+    hbm_share = write_back_share(hbm_share, writes, kept_wr)
     p_in = chip.data_path("GM_TO_UB")
     p_out = chip.data_path("UB_TO_GM")
 
@@ -488,7 +554,7 @@ def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: s
         t = chip.vector.timing(instr, dtypes_key(instr, cdt))
         vec_cycles_min += passes * t.cycles_per_repeat * numel * ceb / chip.vector.repeat_bytes
     compute_cycles = vec_cycles_min / cores
-    mem_cycles = gm_bytes / chip.hbm_bytes_per_cycle()
+    mem_cycles = (gm_bytes - kept_rd - kept_wr) / chip.hbm_bytes_per_cycle()
     busy_core = int(np.argmax(tl.busy[:, 5]))
     return KernelReport(
         name=name or f"{op_name} {numel} {dtype}" + (f" (computed in {cdt})" if cdt != dtype else ""),
@@ -501,7 +567,7 @@ def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: s
         bound="compute" if compute_cycles >= mem_cycles else "memory",
         cube_utilization=0.0,
         vector_utilization=tl.busy[:, 5].sum() / (cycles * cores) if cycles else 0.0,
-        instructions=tl,
+        instructions=tl, l2_kept_bytes=kept_rd + kept_wr,
     )
 
 

@@ -53,11 +53,13 @@ _CUBE = PIPE_INDEX["CUBE"]
 # ---- the memory system as one core sees it ----------------------------------------------------
 
 def gm_rates(chip: Chip, reads: float, first_reads: float, busiest_reads: float, active: int,
-             working_set: float | None = None) -> tuple[float, float, float]:
+             working_set: float | None = None, l2_first: float = 0.0) -> tuple[float, float, float]:
     """How ``active`` cores share the chip's memory system: (read rate, write rate, HBM share),
     bytes per cycle of one core.
 
-    * Reads: HBM carries the first touch of every input byte (``first_reads``); re-reads come from
+    * Reads: HBM carries the first touch of every input byte (``first_reads``), except the
+      ``l2_first`` bytes of it an earlier kernel left in L2 (residency between operators,
+      `pypto_lab.hw.l2_residency`), which come from L2; re-reads come from
       L2 when the data the cores reuse at one time (``working_set``, default ``first_reads``) fits
       in L2, else in proportion to the fraction that fits. The time the memory system needs for
       all ``reads`` is the time the busiest core needs for its ``busiest_reads``, so every core
@@ -71,7 +73,9 @@ def gm_rates(chip: Chip, reads: float, first_reads: float, busiest_reads: float,
     ws = first_reads if working_set is None else working_set
     hit = min(1.0, chip.l2_bytes / max(ws, 1.0))
     rereads = max(0.0, reads - first_reads)
-    read_cycles = first_reads / hbm + rereads * (hit / chip.l2_bytes_per_cycle() + (1 - hit) / hbm)
+    kept = min(max(l2_first, 0.0), first_reads)
+    read_cycles = ((first_reads - kept) / hbm + kept / chip.l2_bytes_per_cycle()
+                   + rereads * (hit / chip.l2_bytes_per_cycle() + (1 - hit) / hbm))
     return busiest_reads / max(read_cycles, 1e-9), chip.l2_bytes_per_cycle() / active, hbm / active
 
 

@@ -34,7 +34,8 @@ STRATEGIES: dict[str, Callable[[Any, Chip], KernelCost]] = {}
 @dataclass(frozen=True)
 class KernelCost:
     """What the chip model says one run of a kernel costs: cycles and time, the bytes it moves
-    between GM and the cores (and the least it must move, each operand once: ``hbm_bytes``), its
+    between GM and the cores (and the least that crosses DRAM, each operand once, less what L2
+    kept between operators: ``hbm_bytes``), its
     flops and roofline bound, its tiling, the simulator's reports behind the figures, and the
     cores it occupies (("AIC",), ("AIV",), both, ("AI Core",), ("host",) or ("link",))."""
 
@@ -55,7 +56,8 @@ class KernelCost:
         return cls(sum(r.cycles for r in reports), sum(r.time_us for r in reports), sum(r.gm_bytes for r in reports),
                    dict(reports[0].tile) if reports else {}, tuple(reports), resources,
                    flops=float(sum(r.flops for r in reports)), bound=str(reports[0].bound) if reports else "",
-                   hbm_bytes=float(sum((getattr(r, "min_gm_bytes", 0.0) or r.gm_bytes) for r in reports)))
+                   hbm_bytes=float(sum(max(0.0, (getattr(r, "min_gm_bytes", 0.0) or r.gm_bytes)
+                                           - getattr(r, "l2_kept_bytes", 0.0)) for r in reports)))
 
     def scaled(self, f: float) -> KernelCost:
         """``f`` times the work (a kernel linear in a size beyond the simulated one)."""

@@ -50,7 +50,9 @@ def cost_cube(spec: CubeKernel, chip: Chip) -> KernelCost:
         reports.append(simulate_vector("cast", q.numel, dtype="fp16", chip=chip,
                                        name=f"quantize {q.numel} fp16->int8"))
     mm = simulate_matmul(spec.m, spec.k, spec.n, dtype=spec.dtype, chip=chip, tile=spec.tile,
-                         out_dtype=spec.out_dtype, epilogue=spec.epilogue, batch=spec.batch, im2col=spec.im2col)
+                         out_dtype=spec.out_dtype, epilogue=spec.epilogue, batch=spec.batch, im2col=spec.im2col,
+                         l2_operands=spec.l2_operands, l2_writes=spec.l2_writes,
+                         useful_macs=spec.useful_macs or None)
     reports.insert(0, mm)
     vector_work = spec.epilogue.on_vector or q is not None
     return KernelCost.of(reports, split_resources(chip, "AIC", "AIV") if vector_work else

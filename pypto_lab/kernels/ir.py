@@ -58,6 +58,13 @@ class KernelSpec:
         return False
 
 
+def _l2_bytes(kind: str, reads: int, writes: int) -> None:
+    for label, v in (("l2_reads", reads), ("l2_writes", writes)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"{kind} {label} = {v!r}: bytes kept in L2 between operators, an integer >= 0. "
+                             "Fix: leave it 0 (the l2_residency pass sets it)")
+
+
 def _positive(kind: str, **dims: int) -> None:
     for label, v in dims.items():
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
@@ -78,7 +85,8 @@ class InputQuant:
 @dataclass(frozen=True)
 class CubeKernel(KernelSpec):
     """``batch`` independent ``C[m, n] = A[m, k] @ B[k, n]`` on the Cube (a convolution as implicit
-    GEMM: M = N*Ho*Wo, K = C_in*kh*kw / groups, N = C_out / groups, batch = groups)."""
+    GEMM: M = N*Ho*Wo, K = C_in*kh*kw, N = C_out; a grouped one with its groups packed as CANN's Conv2D
+    does, `pypto_lab.lowering.lower.grouped_conv_gemm`, ``useful_macs`` the MACs it needs)."""
 
     kind: ClassVar[str] = "cube"
     op: str                          # the CANN operator, e.g. "Conv2D", "MatMulV2", "BatchMatMulV2"
@@ -95,9 +103,23 @@ class CubeKernel(KernelSpec):
     quantize_input: InputQuant | None = None
     im2col: Im2col | None = None     # a convolution's geometry: A is read from its feature map (load3d)
     weight_dtype: str | None = None  # "int8": weight-only quantisation (W8A16), dequantised on the way in
+    l2_operands: tuple[str, ...] = ()  # operands an earlier kernel left in L2: "a", "b", "residual" (`l2_residency`)
+    l2_writes: int = 0               # bytes of its results that stay in L2 for their readers (never in DRAM)
+    useful_macs: int = 0             # a grouped convolution's own MACs, of the batch x m x k x n the Cube runs
+                                     # (its groups packed block-diagonally: `lower.grouped_conv_gemm`); 0: all
 
     def __post_init__(self):
         _positive("Cube kernel", batch=self.batch, m=self.m, k=self.k, n=self.n)
+        _l2_bytes("Cube kernel", 0, self.l2_writes)
+        if not isinstance(self.l2_operands, tuple) or not set(self.l2_operands) <= {"a", "b", "residual"}:
+            raise ValueError(f"Cube kernel l2_operands = {self.l2_operands!r}: a tuple of the operands an earlier "
+                             "kernel left in L2, of 'a', 'b', 'residual'. Fix: leave it () (the l2_residency pass sets it)")
+        total = self.batch * self.m * self.k * self.n
+        if isinstance(self.useful_macs, bool) or not isinstance(self.useful_macs, int) or \
+                not 0 <= self.useful_macs <= total:
+            raise ValueError(f"Cube kernel useful_macs = {self.useful_macs!r}: the MACs a grouped convolution needs, "
+                             f"an integer from 0 (all {total:,} the Cube runs are useful) to {total:,}. Fix: leave it "
+                             "0, or give N x Ho x Wo x C_out x C_in/groups x kh x kw")
         if self.dtype not in GM_DTYPES or self.out_dtype not in GM_DTYPES + ("int32",):
             raise ValueError(f"Cube kernel dtype {self.dtype!r} -> {self.out_dtype!r}: the Cube multiplies "
                              f"{', '.join(GM_DTYPES)}")
@@ -133,9 +155,12 @@ class VectorKernel(KernelSpec):
     compute_dtype: str               # what the Vector unit computes in (fp32 kept for softmax / norms)
     inputs: int | None = None
     row_len: int | None = None
+    l2_reads: int = 0                # bytes of its inputs an earlier kernel left in L2 (`l2_residency` pass)
+    l2_writes: int = 0               # bytes of its result that stay in L2 for their readers
 
     def __post_init__(self):
         _positive("Vector kernel", numel=self.numel)
+        _l2_bytes("Vector kernel", self.l2_reads, self.l2_writes)
         if not self.ops:
             raise ValueError("a Vector kernel needs at least one operator")
         if self.dtype not in VECTOR_DTYPES + ("int8",) or self.compute_dtype not in VECTOR_DTYPES:
@@ -299,6 +324,11 @@ class TransDataKernel(KernelSpec):
     dtype: str
     src_format: str
     dst_format: str
+    l2_reads: int = 0                # bytes of its input an earlier kernel left in L2 (`l2_residency` pass)
+    l2_writes: int = 0               # bytes of its result that stay in L2 for their readers
+
+    def __post_init__(self):
+        _l2_bytes("TransData", self.l2_reads, self.l2_writes)
 
     @property
     def unit(self) -> str:

@@ -126,7 +126,8 @@ KNOWN_MODELS: dict[str, dict[str, Any]] = {
     "deepseek-v3.2": {
         # DeepSeek-V3's architecture plus the lightning indexer of DeepSeek Sparse Attention (each query
         # attends to the index_topk tokens the indexer picks); the fields beyond V3's are kept in
-        # LLMSpec.extra (the engine costs MLA as for V3 until pto kernels plug into its step)
+        # LLMSpec.extra (the engine's decode runs the indexer, then attention over the tokens it picks:
+        # llm/forward.py, _dsa_indexer)
         "_source": _hf("deepseek-ai/DeepSeek-V3.2-Exp"), "model_type": "deepseek_v32", "vocab_size": 129280,
         "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61,
         "num_attention_heads": 128, "num_key_value_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512,
@@ -226,6 +227,24 @@ class LLMSpec:
     def moe_layers(self) -> int:
         return self.layers - self.dense_layers if self.is_moe else 0
 
+    @property
+    def linear_attention_layers(self) -> int:
+        """Layers of Gated DeltaNet linear attention (Qwen3-Next: all but every
+        ``full_attention_interval``-th; its ``linear_*`` fields in ``extra``), 0 for other models."""
+        every = int(self.extra.get("full_attention_interval") or 0)
+        return self.layers - self.layers // every if every and "linear_num_value_heads" in self.extra else 0
+
+    def _linear_attention_params(self) -> int:
+        """One Gated DeltaNet layer (transformers ``Qwen3NextGatedDeltaNet``): ``in_proj_qkvz``,
+        ``in_proj_ba``, the depthwise convolution over q, k and v, ``dt_bias`` and ``A_log`` per value
+        head, the gated norm and ``out_proj``."""
+        x, h = self.extra, self.hidden
+        kd = x["linear_num_key_heads"] * x["linear_key_head_dim"]
+        vd = x["linear_num_value_heads"] * x["linear_value_head_dim"]
+        return (h * (2 * kd + 2 * vd) + h * 2 * x["linear_num_value_heads"]
+                + (2 * kd + vd) * x.get("linear_conv_kernel_dim", 4) + 2 * x["linear_num_value_heads"]
+                + x["linear_value_head_dim"] + vd * h)
+
     def weight_params(self) -> int:
         """Parameters (weights, biases and norms), counted from the architecture."""
         h, d = self.hidden, self.head_dim
@@ -243,6 +262,10 @@ class LLMSpec:
         moe_mlp = self.experts * per_expert + shared + h * self.experts
         body = self.layers * (attn + norms) + self.dense_layers * dense_mlp if self.is_moe else \
             self.layers * (attn + norms + dense_mlp)
+        lin = self.linear_attention_layers
+        if lin:   # Qwen3-Next: its full-attention layers' q_proj also gives the output gate
+            body += (self.layers - lin) * h * self.heads * d - lin * (attn + norms) + \
+                lin * (self._linear_attention_params() + 2 * h)
         if self.is_moe:
             body += self.moe_layers * moe_mlp
         embed = self.vocab * h * (1 if self.tied_embeddings else 2) + h
@@ -375,8 +398,8 @@ def _qwen3_next(cfg: dict[str, Any], name: str, src: str) -> LLMSpec:
     """Qwen3-Next: a MoE of 512 small experts (10 routed, one shared) in every layer; attention is
     hybrid, one gated full-attention layer in every ``full_attention_interval`` and Gated DeltaNet
     linear attention in the others. `LLMSpec` describes the full-attention layers; the linear ones
-    (their heads and dims, the interval) are in ``extra``: the engine costs every layer as full
-    attention until a pto kernel (the gated delta rule) plugs into its step."""
+    (their heads and dims, the interval) are in ``extra``, from which the engine models those
+    layers (`LLMSpec.linear_attention_layers`, ``forward._linear_attention``)."""
     h, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
     shared_i = int(cfg.get("shared_expert_intermediate_size") or 0)
     linear = {k: cfg[k] for k in ("full_attention_interval", "linear_num_key_heads", "linear_num_value_heads",

@@ -33,6 +33,7 @@ from .memory import (
     capacity_bytes,
     describe,
     kv_bytes_per_token,
+    state_bytes_per_sequence,
     weights_bytes,
 )
 from .serving import ServeReport, check_serving_arguments, read_trace, simulate_serving
@@ -118,6 +119,14 @@ class LLMReport:
     decode_kernels: list[CostedKernel] = field(repr=False)
     spec: LLMSpec = field(repr=False, default=None)
     stack: str = ""
+    plugged: list[dict[str, Any]] = field(default_factory=list)
+
+    def plugged_table(self) -> str:
+        """One line per pto kernel plugged into the decode step: layer kind, kernel, simulated µs per
+        call at the middle context, calls per step, what it replaced."""
+        return "\n".join(f"  {p['kind']:<17} {p['kernel']:<26} {p['us_per_call']:9.2f} us x{p['calls_per_step']:<3}"
+                         f" = {p['ms_per_step']:.3f} ms per step (SIM, context {p['context']}; replaces "
+                         f"{', '.join(p['replaces'])})" for p in self.plugged)
 
     @property
     def e2e_ms(self) -> float:
@@ -145,6 +154,7 @@ class LLMReport:
             "hbm_capacity_bytes": self.hbm.capacity_bytes, "kv_bytes_per_token": self.kv_bytes_per_token,
             "comm_ms": self.comm_ms, "comm_ms_prefill": self.comm_ms_prefill, "comm_ms_per_step": self.comm_ms_per_step,
             "roofline": dict(self.roofline),
+            "plugged": [dict(p) for p in self.plugged],
             "prefill_kernels": [k.to_dict() for k in self.prefill_kernels],
             "decode_kernels": [k.to_dict() for k in self.decode_kernels],
         }
@@ -162,8 +172,10 @@ class LLMReport:
             f"decode: {self.roofline['bound']}-bound, {self.roofline['hbm_fraction']:.0%} of HBM bandwidth, "
             f"{self.roofline['intensity']:.1f} flop/byte (ridge {self.roofline['ridge']:.0f})"
             + (f"; communication {self.comm_ms_per_step:.3f} ms per step" if self.cards > 1 else ""),
-            "slowest kernels of one decode step:",
         ]
+        if self.plugged:
+            lines += ["pto kernels plugged into the decode step:", self.plugged_table()]
+        lines.append("slowest kernels of one decode step:")
         for k in sorted(self.decode_kernels, key=lambda k: -k.time_us)[:top]:
             lines.append(f"  {k.name:<26} x{k.count:<3} {k.time_us / 1000:9.3f} ms  {k.cost.bound}")
         return "\n".join(lines)
@@ -179,8 +191,8 @@ def hbm_use(spec: LLMSpec, hw: Hardware, batch: int, tokens_per_seq: int, prefil
     b = _split(batch, hw)
     kernels = forward_kernels(spec, hw, prefill=[(min(prefill_tokens, tokens_per_seq), 0)] * b, costed=False)
     act = activation_bytes(spec, hw, kernels, b * min(prefill_tokens, tokens_per_seq))
-    return HBMUse(weights_bytes(spec, hw), b * tokens_per_seq * kv_bytes_per_token(spec, hw), act,
-                  capacity_bytes(hw, hbm_utilization))
+    kv = b * (tokens_per_seq * kv_bytes_per_token(spec, hw) + state_bytes_per_sequence(spec, hw))
+    return HBMUse(weights_bytes(spec, hw), kv, act, capacity_bytes(hw, hbm_utilization))
 
 
 def largest_batch(spec: LLMSpec, hw: Hardware, tokens_per_seq: int, prefill_tokens: int,
@@ -237,14 +249,17 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
                         precision: str = "fp16", *, ep: int = 1, kv_dtype: str | None = None, topology=None,
                         stack: str | Stack = DEFAULT_LLM_STACK, hbm_utilization: float = DEFAULT_HBM_UTILIZATION,
                         context_points: int = 5, launch_us: float | None = None,
-                        kv_impl: str = "in-place") -> LLMReport:
+                        kv_impl: str = "in-place", kernels: dict | None = None) -> LLMReport:
     """Prefill ``batch`` prompts of ``prompt_len`` tokens together, then decode ``output_len``
     tokens for each, on ``cards`` cards of ``chip``. ``model``: a known name, a config.json path, a
     transformers config or causal-LM module, or an `LLMSpec`; ``stack`` the software stack that
     runs the steps (`pypto_lab.stack`, vLLM-Ascend's ACL graph mode by default); ``kv_impl`` how
     the deployment's model code keeps the KV cache (`forward.KV_IMPLS`: "in-place", or
-    "concat-expand" for code that concatenates the cache and expands it to every head). Raises
-    `HBMCapacityError` when the weights, the KV cache and the activations do not fit a card."""
+    "concat-expand" for code that concatenates the cache and expands it to every head). ``kernels``:
+    pto kernels as the implementation of a layer kind in the decode steps, ``{"attention" |
+    "linear_attention" | "moe": kernel}`` (`pypto_lab.llm.plug`: each costed by its SIM run at the
+    step's shapes; the report's ``plugged`` names them with their cost). Raises `HBMCapacityError`
+    when the weights, the KV cache and the activations do not fit a card."""
     if launch_us is not None:
         raise launch_moved(launch_us, stack)
     spec = spec_of(model)
@@ -256,6 +271,10 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
     context_points = check_count("context_points", context_points, 5, what="decode contexts to cost")
     hw = hardware(chip, cards, tp, ep, precision, kv_dtype, topology, stack, kv_impl)
     check_hardware(spec, hw)
+    plugged = None
+    if kernels:
+        from .plug import resolve  # pto is imported only when a kernel is plugged in
+        plugged = resolve(spec, hw, kernels)
     check_positions(spec.name, spec.max_positions, prompt_len, output_len)
     total = prompt_len + output_len
     use = check_fits(spec, hw, batch, total, prompt_len, hbm_utilization)
@@ -268,7 +287,7 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
     ctxs = sorted({round(first + (last - first) * i / (n - 1)) for i in range(n)})
     per_ctx = []
     for c in ctxs:
-        ks = forward_kernels(spec, hw, decode=[c] * b)
+        ks = forward_kernels(spec, hw, decode=[c] * b, plugged=plugged)
         per_ctx.append((c, step_time_us(ks, hw.stack) / 1000, sum(k.time_us for k in ks if k.collective) / 1000))
     # mean over the steps: trapezoids between the costed contexts
     if len(per_ctx) == 1:
@@ -278,7 +297,7 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
         tpot = sum((b2[0] - a[0]) * (a[1] + b2[1]) / 2 for a, b2 in zip(per_ctx, per_ctx[1:])) / span
         comm_step = sum((b2[0] - a[0]) * (a[2] + b2[2]) / 2 for a, b2 in zip(per_ctx, per_ctx[1:])) / span
     mid = round((first + last) / 2)
-    mid_kernels = forward_kernels(spec, hw, decode=[mid] * b)
+    mid_kernels = forward_kernels(spec, hw, decode=[mid] * b, plugged=plugged)
     mid_us = step_time_us(mid_kernels, hw.stack)
     flops = sum(k.cost.flops * k.count for k in mid_kernels if not k.collective)
     gm = sum(k.cost.hbm_bytes * k.count for k in mid_kernels if not k.collective)
@@ -297,17 +316,33 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
         tpot_ms=tpot, step_vs_context=[(c, t) for c, t, _ in per_ctx], hbm=use,
         kv_bytes_per_token=kv_bytes_per_token(spec, hw), comm_ms=comm_prefill + comm_step * steps,
         comm_ms_prefill=comm_prefill, comm_ms_per_step=comm_step, roofline=roofline, prefill_kernels=prefill,
-        decode_kernels=mid_kernels, spec=spec, stack=hw.stack.name)
+        decode_kernels=mid_kernels, spec=spec, stack=hw.stack.name, plugged=_plugged_summary(mid_kernels, plugged, mid))
+
+
+def _plugged_summary(kernels: list[CostedKernel], plugged, context: int) -> list[dict[str, Any]]:
+    """The report's entry per plugged kernel, from the middle context's decode step."""
+    if not plugged:
+        return []
+    from .plug import plugged_rows
+    out = []
+    for k in plugged_rows(kernels):
+        kind = k.kernel.anchor
+        out.append({"kind": kind, "kernel": plugged[kind].label, "us_per_call": k.cost.time_us,
+                    "calls_per_step": k.count, "ms_per_step": k.cost.time_us * k.count / 1000, "context": context,
+                    "shapes": [list(a.shape) for a in k.spec.args if hasattr(a, "shape")],
+                    "replaces": list(k.fused_ops)})
+    return out
 
 
 class ChipStepModel:
     """A `StepModel` (see `step_model.py`) for ``spec`` on ``hw``: one engine step's time from
-    `forward_kernels`, memoised on (prefill chunks, decode count, mean context rounded to 16)."""
+    `forward_kernels`, memoised on (prefill chunks, decode count, mean context rounded to 16).
+    ``plugged``: pto kernels for layer kinds of the decode-only steps (`plug.resolve`)."""
 
     def __init__(self, spec: LLMSpec, hw: Hardware, max_batched_tokens: int = 8192,
-                 hbm_utilization: float = DEFAULT_HBM_UTILIZATION):
+                 hbm_utilization: float = DEFAULT_HBM_UTILIZATION, plugged=None):
         check_hardware(spec, hw)
-        self.spec, self.hw = spec, hw
+        self.spec, self.hw, self.plugged = spec, hw, plugged or None
         self.name = f"{spec.name} on {hw.cards} x {hw.chip.name} ({hw.stack.name})"
         self.max_positions = spec.max_positions      # serving refuses longer requests (validation.check_positions)
         self.kv_bytes_per_token = kv_bytes_per_token(spec, hw)
@@ -326,7 +361,8 @@ class ChipStepModel:
         key = (tuple(sorted((int(c), int(p) // 16 * 16) for c, p in prefill)), n, ctx)
         t = self._memo.get(key)
         if t is None:
-            ks = forward_kernels(self.spec, self.hw, prefill=[(c, p) for c, p in key[0]], decode=[max(1, ctx)] * n)
+            ks = forward_kernels(self.spec, self.hw, prefill=[(c, p) for c, p in key[0]], decode=[max(1, ctx)] * n,
+                                 plugged=self.plugged)
             t = self._memo[key] = step_time_us(ks, self.hw.stack) / 1000
         return t
 
@@ -334,8 +370,10 @@ class ChipStepModel:
 def step_model(model, chip: str | Chip = DEFAULT_CHIP, cards: int = 1, tp: int | None = None,
                precision: str = "fp16", *, ep: int = 1, kv_dtype: str | None = None, topology=None,
                stack: str | Stack = DEFAULT_LLM_STACK, max_batched_tokens: int = 8192,
-               hbm_utilization: float = DEFAULT_HBM_UTILIZATION, launch_us: float | None = None) -> ChipStepModel:
-    """The serving simulator's view of ``model`` on ``cards`` x ``chip`` under ``stack``."""
+               hbm_utilization: float = DEFAULT_HBM_UTILIZATION, launch_us: float | None = None,
+               kernels: dict | None = None) -> ChipStepModel:
+    """The serving simulator's view of ``model`` on ``cards`` x ``chip`` under ``stack``; ``kernels``
+    as for `simulate_generation` (pto kernels in the decode-only steps)."""
     if launch_us is not None:
         raise launch_moved(launch_us, stack)
     spec = spec_of(model)
@@ -346,7 +384,11 @@ def step_model(model, chip: str | Chip = DEFAULT_CHIP, cards: int = 1, tp: int |
     if hw.cards // hw.tp > 1:
         raise hinted(LLMConfigError, f"cards = {cards}, tp = {hw.tp}: serving models one replica. Fix: tp=cards "
                      f"({{tp={hw.cards}}}), or serve each replica on its own")
-    return ChipStepModel(spec, hw, max_batched_tokens, hbm_utilization)
+    plugged = None
+    if kernels:
+        from .plug import resolve
+        plugged = resolve(spec, hw, kernels)
+    return ChipStepModel(spec, hw, max_batched_tokens, hbm_utilization, plugged)
 
 
 __all__ = ["ChipStepModel", "LLMReport", "cards_needed", "check_fits", "default_topology", "hardware", "hbm_use",
@@ -359,20 +401,21 @@ def serve(model, chip: str | Chip = DEFAULT_CHIP, requests: int = 1000, rate: fl
           kv_dtype: str | None = None, topology=None, stack: str | Stack = DEFAULT_LLM_STACK, lengths=None,
           hbm_utilization: float = DEFAULT_HBM_UTILIZATION, progress: bool = True,
           launch_us: float | None = None, concurrency: int | None = None, shared_prefix: int = 0,
-          prefix_caching: bool = True) -> ServeReport:
+          prefix_caching: bool = True, kernels: dict | None = None) -> ServeReport:
     """Serve ``requests`` requests arriving at ``rate`` per second (Poisson; lengths from the
     ShareGPT-like distribution or ``lengths``) on ``cards`` x ``chip``: `serving.simulate_serving`
     driven by this engine's step times. ``concurrency``: at most that many requests in flight (a
     closed loop with the default rate); ``shared_prefix``, ``prefix_caching``: a system prompt in
     front of every prompt and vLLM's automatic prefix caching (see `simulate_serving`). Returns a
-    `serving.ServeReport`. Every argument, and a trace file, is checked before the model is costed."""
+    `serving.ServeReport`. ``kernels``: pto kernels for layer kinds of the decode-only steps
+    (`pypto_lab.llm.plug`). Every argument, and a trace file, is checked before the model is costed."""
     check_serving_arguments(requests=requests, rate=rate, seed=seed, scheduler=scheduler,
                             max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs, block_size=block_size,
                             concurrency=concurrency, shared_prefix=shared_prefix, prefix_caching=prefix_caching)
     trace = read_trace(lengths) if lengths is not None else None
     sm = step_model(model, chip, cards, tp, precision, ep=ep, kv_dtype=kv_dtype, topology=topology,
                     stack=stack, max_batched_tokens=max_batched_tokens, hbm_utilization=hbm_utilization,
-                    launch_us=launch_us)
+                    launch_us=launch_us, kernels=kernels)
     return simulate_serving(sm, requests=requests, rate=rate, seed=seed, scheduler=scheduler,
                             max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs, block_size=block_size,
                             lengths=trace, progress=progress, concurrency=concurrency, shared_prefix=shared_prefix,

@@ -201,10 +201,94 @@ def _mla_attention(spec: LLMSpec, hw: Hardware, t: int, prefill, decode, add) ->
     if decode:
         b = len(decode)
         ctx = int(round(float(np.mean(decode))))
+        if is_dsa(spec):
+            _dsa_indexer(spec, hw, t, b, ctx, add)
+            # the tokens the indexer selected, read as if contiguous (the gather of scattered rows is
+            # not charged here; a plugged pto kernel charges it: llm/plug.py)
+            ctx = min(ctx, int(spec.extra["index_topk"]))
         add("BatchMatMul_q_absorb", "matmul", _mm(hw, b, nope, r, batch=heads), L, b * heads * (nope + r) * ab)
         add("IncreFlashAttention", "attention", IncreAttentionKernel(
             b, 1, heads, max(1, ctx), r + rope, hw.act_dtype, hw.kv_dtype), L, b * heads * (r + rope) * 2 * ab)
         add("BatchMatMul_v_absorb", "matmul", _mm(hw, b, r, v, batch=heads), L, b * heads * (r + v) * ab)
+
+
+def is_dsa(spec: LLMSpec) -> bool:
+    """DeepSeek Sparse Attention (DeepSeek-V3.2): MLA whose decode attends only to the
+    ``index_topk`` tokens a lightning indexer picks."""
+    return spec.is_mla and bool(spec.extra.get("index_topk"))
+
+
+def _dsa_indexer(spec: LLMSpec, hw: Hardware, t: int, b: int, ctx: int, add) -> None:
+    """The lightning indexer of one decode step (DeepSeek-V3.2-Exp ``inference/model.py``,
+    ``Indexer.forward``): its query from the query's latent (``wq_b``: ``index_n_heads`` heads of
+    ``index_head_dim``), one key per token (``wk``, LayerNorm, RoPE on its first
+    ``qk_rope_head_dim`` dims) written to its own cache, a weight per head (``weights_proj``);
+    then each sequence's scores ``relu(q . k) * w`` summed over heads for every cached token, and
+    the ``index_topk`` best. The indexer is not split over tensor-parallel cards (every card needs
+    the same selection). The model runs it in fp8; here in the activation dtype."""
+    L, h, ab, dt = spec.layers, spec.hidden, hw.act_bytes, hw.act_dtype
+    nh, hd, rope = int(spec.extra["index_n_heads"]), int(spec.extra["index_head_dim"]), spec.qk_rope_dim
+    ql = spec.q_lora_rank or h
+    add("MatMul_indexer_wq_b", "matmul", _mm(hw, t, ql, nh * hd), L, t * (ql + nh * hd) * ab)
+    add("MatMul_indexer_wk", "matmul", _mm(hw, t, h, hd), L, t * (h + hd) * ab)
+    add("LayerNorm_indexer_k", "norm", _norm("LayerNorm", ("layernorm",), t * hd, dt, hd), L, 2 * t * hd * ab)
+    add("MatMul_indexer_weights", "matmul", _mm(hw, t, h, nh), L, t * (h + nh) * ab)
+    add("RotaryPositionEmbedding_indexer", "rope", _vec("RotaryPositionEmbedding", ("rope",), t * (nh + 1) * rope,
+                                                        dt), L, 2 * t * (nh + 1) * rope * ab)
+    add("ScatterUpdate_indexer_cache", "kv_write", _vec("ScatterUpdate", ("copy",), t * hd, dt), L,
+        t * hd * (ab + KV_DTYPES[hw.kv_dtype]))
+    c = max(1, ctx)
+    add("BatchMatMul_indexer_scores", "matmul", CubeKernel("BatchMatMulV2", b, nh, hd, c, dt, "fp32"), L,
+        b * (nh * hd + c * hd) * ab + b * nh * c * 4)
+    add("ReluWeightedSum_indexer", "indexer", _vec("LightningIndexer", ("relu", "mul", "sum"), b * nh * c, "fp32",
+                                                   compute="fp32"), L, b * nh * c * 4)
+    if c > int(spec.extra["index_topk"]):
+        # a sort-based TopK: a merge sort's log2(n) compare passes over each sequence's scores (in
+        # 4,096-wide chunks: a row of scores does not fit UB)
+        passes = max(1, int(np.ceil(np.log2(c))))
+        add("TopK_indexer", "topk", _vec("TopK", ("max",) * passes, b * -(-c // 4096) * 4096, "fp32", 4096), L,
+            b * c * 4)
+
+
+def _linear_attention(spec: LLMSpec, hw: Hardware, t: int, prefill, decode, add, layers: int) -> None:
+    """Gated DeltaNet, the linear attention of Qwen3-Next's other layers (transformers
+    ``modeling_qwen3_next.Qwen3NextGatedDeltaNet``): ``in_proj_qkvz`` and ``in_proj_ba``, a causal
+    depthwise convolution of ``linear_conv_kernel_dim`` taps over q, k and v, then the gated delta
+    rule: at decode one recurrent step per value head, the state ``S`` [dk, dv] (fp32) read,
+    decayed, updated and written back; at prefill the chunked form (chunks of 64: within-chunk
+    attention, the state read and the state written as three batched matmuls per chunk). A gated
+    RMSNorm (``silu(z)``) and ``out_proj`` follow. Heads split over tensor-parallel cards."""
+    x = spec.extra
+    tp, h, ab, dt = hw.tp, spec.hidden, hw.act_bytes, hw.act_dtype
+    kh, vh = max(1, x["linear_num_key_heads"] // tp), max(1, x["linear_num_value_heads"] // tp)
+    dk, dv, taps = x["linear_key_head_dim"], x["linear_value_head_dim"], x.get("linear_conv_kernel_dim", 4)
+    qkvz = 2 * kh * dk + 2 * vh * dv
+    conv = 2 * kh * dk + vh * dv
+    add("MatMul_in_proj_qkvz", "matmul", _mm(hw, t, h, qkvz), layers, t * (h + qkvz) * ab)
+    add("MatMul_in_proj_ba", "matmul", _mm(hw, t, h, 2 * vh), layers, t * (h + 2 * vh) * ab)
+    add("CausalConv1d", "conv", _vec("CausalConv1d", ("mul", "add"), t * conv * taps, dt, inputs=2), layers,
+        2 * t * conv * ab + (len(decode) + len(prefill)) * conv * taps * ab)
+    if prefill:
+        chunks = int(sum(-(-int(c) // 64) for c, _ in prefill))
+        n = chunks * vh
+        add("ChunkGatedDeltaRule_intra", "matmul", CubeKernel("BatchMatMulV2", n, 64, dk, 64, dt, "fp32"), layers,
+            n * 64 * (2 * dk) * ab)
+        add("ChunkGatedDeltaRule_state", "matmul", CubeKernel("BatchMatMulV2", 2 * n, 64, dk, dv, dt, "fp32"), layers,
+            n * dk * dv * 4 * 2)
+    if decode:
+        b = len(decode)
+        state = b * vh * dk * dv
+        add("RecurrentGatedDeltaRule", "linear_attention", _vec(
+            "RecurrentGatedDeltaRule", ("mul", "mul", "sum", "sub", "mul", "add", "mul", "sum"), state, "fp32",
+            dv, inputs=2, compute="fp32"), layers, 2 * state * 4)
+    add("RmsNormGated", "norm", _norm("RmsNormGated", ("rmsnorm", "mul"), t * vh * dv, dt, dv, 2), layers,
+        3 * t * vh * dv * ab)
+    add("MatMul_out_proj", "matmul", _mm(hw, t, vh * dv, h), layers, t * (h + vh * dv) * ab)
+
+
+def linear_layers(spec: LLMSpec) -> int:
+    """Layers of Gated DeltaNet linear attention (`LLMSpec.linear_attention_layers`)."""
+    return spec.linear_attention_layers
 
 
 def _concat_expand_copies(hw: Hardware, prefill, decode, ctx: int, heads: int, kvh: int, d: int, layers: int,
@@ -229,11 +313,21 @@ def _concat_expand_copies(hw: Hardware, prefill, decode, ctx: int, heads: int, k
 
 
 def forward_kernels(spec: LLMSpec, hw: Hardware, prefill: Sequence[tuple[int, int]] = (),
-                    decode: Sequence[int] = (), costed: bool = True, strategy: str = "grid") -> list[CostedKernel]:
+                    decode: Sequence[int] = (), costed: bool = True, strategy: str = "grid",
+                    plugged=None) -> list[CostedKernel]:
     """The kernels of one forward pass on one card (see the module's docstring). ``costed=False``
     lists them with their shapes' bytes but no simulation (for the HBM accounting); ``strategy``
     is the costing strategy (`pypto_lab.kernels.cost`: "grid" for the many steps of a generation
-    or a serving run, "exact" for a step costed once)."""
+    or a serving run, "exact" for a step costed once). ``plugged``: layer kind -> `plug.LayerKernel`
+    (a `plug.Plugged`, from `plug.resolve`); in a decode-only step each replaces that layer kind's kernels by one pto
+    kernel run at the step's shapes (`plug.apply`); prefill steps keep the engine's kernels."""
+    out = _forward_kernels(spec, hw, prefill, decode, costed, strategy)
+    if plugged and decode and not prefill and costed:
+        out = plugged.apply(out, spec, hw, list(decode))   # `plug.Plugged`
+    return out
+
+
+def _forward_kernels(spec: LLMSpec, hw: Hardware, prefill, decode, costed: bool, strategy: str) -> list[CostedKernel]:
     if not prefill and not decode:
         raise LLMConfigError("an engine step needs prefill chunks or decode tokens; both lists are empty. "
                              "Fix: pass prefill=[(tokens, past)] or decode=[context, ...]")
@@ -260,10 +354,15 @@ def forward_kernels(spec: LLMSpec, hw: Hardware, prefill: Sequence[tuple[int, in
     add(first, "norm", _norm(first, (base,), t * h, hw.act_dtype, h), 1, 2 * t * h * ab)
     nname = "Add" + first
     add(nname, "norm", _norm(nname, ("add", base), t * h, hw.act_dtype, h, 3), 2 * L, 4 * t * h * ab)
+    lin = linear_layers(spec)
+    if lin:
+        _linear_attention(spec, hw, t, prefill, decode, add, lin)
+    L = spec.layers - lin                                   # layers of full (softmax) attention
+    gated = lin > 0            # Qwen3-Next's full attention: q_proj also gives a sigmoid gate on the output
     if spec.is_mla:
         _mla_attention(spec, hw, t, prefill, decode, add)
     else:
-        qkv_n = (heads + 2 * kvh) * d
+        qkv_n = (heads * (2 if gated else 1) + 2 * kvh) * d
         add("MatMul_qkv", "matmul", _mm(hw, t, h, qkv_n), L, t * (h + qkv_n) * ab)
         if spec.qk_norm:
             add("RmsNorm_qk", "norm", _norm("RmsNorm", ("rmsnorm",), t * (heads + kvh) * d, hw.act_dtype, d),
@@ -291,7 +390,11 @@ def forward_kernels(spec: LLMSpec, hw: Hardware, prefill: Sequence[tuple[int, in
                 len(decode), attn_kvh, group, max(1, ctx), d, hw.act_dtype, hw.kv_dtype,
                 actual_lengths=hw.kv_impl != "concat-expand"), L, len(decode) * heads * d * 2 * ab)
     vd = spec.v_head_dim if spec.is_mla else d
+    if gated:
+        add("Sigmoid_attention_gate", "gate", _vec("Mul", ("exp", "add", "div", "mul"), t * heads * d, hw.act_dtype,
+                                                   inputs=2), L, 3 * t * heads * d * ab)
     add("MatMul_o_proj", "matmul", _mm(hw, t, heads * vd, h), L, t * (h + heads * vd) * ab)
+    L = spec.layers
     add("AllReduce_attention", "allreduce", _comm(hw, "allreduce", t * h * ab, tp), L, comm=True)
 
     if not spec.is_moe:
@@ -349,5 +452,5 @@ def step_time_us(kernels: Sequence[CostedKernel], stack: Stack) -> float:
     return float(step_timeline(kernels, stack).step_us)
 
 
-__all__ = ["Hardware", "KV_DTYPES", "PRECISIONS", "check_hardware", "expected_expert_load", "forward_kernels",
-           "step_time_us", "step_timeline"]
+__all__ = ["Hardware", "KV_DTYPES", "PRECISIONS", "check_hardware", "expected_expert_load", "forward_kernels", "is_dsa",
+           "linear_layers", "step_time_us", "step_timeline"]

@@ -6,8 +6,9 @@ parallel cards (embeddings and LM head too, as vocabulary-parallel layers are) a
 experts, over the expert-parallel cards. The KV cache holds, per token, a key and a value of
 ``head_dim`` for each KV head a card keeps in each layer. Activations are the largest working set
 of one forward pass: the residual stream plus the biggest kernel's inputs and outputs (`forward`).
-Only ``hbm_utilization`` of the HBM is the engine's (vLLM's ``gpu_memory_utilization``, default
-0.9): the rest is the runtime's and the collectives' workspace.
+Gated DeltaNet layers keep a fixed-size state per sequence instead (`state_bytes_per_sequence`,
+counted with the KV cache). Only ``hbm_utilization`` of the HBM is the engine's (vLLM's
+``gpu_memory_utilization``, default 0.9): the rest is the runtime's and the collectives' workspace.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 from ..kernels.cost import CostedKernel
 from .configs import LLMSpec, kv_heads_per_card
-from .forward import KV_DTYPES, Hardware
+from .forward import KV_DTYPES, Hardware, linear_layers
 
 DEFAULT_HBM_UTILIZATION = 0.9   # vLLM's documented default gpu_memory_utilization (EngineArgs)
 
@@ -52,11 +53,28 @@ def weights_bytes(spec: LLMSpec, hw: Hardware) -> int:
 
 
 def kv_bytes_per_token(spec: LLMSpec, hw: Hardware) -> int:
-    """KV-cache bytes one token takes on a card: a key and a value per KV head per layer (MLA:
-    the compressed latent and the RoPE key, the same on every card)."""
+    """KV-cache bytes one token takes on a card: a key and a value per KV head per layer of full
+    attention (Gated DeltaNet layers keep a fixed-size state instead); MLA: the compressed latent
+    and the RoPE key, the same on every card, plus DeepSeek-V3.2's indexer key."""
     if spec.is_mla:   # one latent of kv_lora_rank plus the shared RoPE key per token and layer
-        return spec.layers * (spec.kv_lora_rank + spec.qk_rope_dim) * KV_DTYPES[hw.kv_dtype]
-    return 2 * spec.layers * kv_heads_per_card(spec, hw.tp) * spec.head_dim * KV_DTYPES[hw.kv_dtype]
+        per = spec.kv_lora_rank + spec.qk_rope_dim + int(spec.extra.get("index_head_dim", 0) or 0)
+        return spec.layers * per * KV_DTYPES[hw.kv_dtype]
+    layers = spec.layers - linear_layers(spec)
+    return 2 * layers * kv_heads_per_card(spec, hw.tp) * spec.head_dim * KV_DTYPES[hw.kv_dtype]
+
+
+def state_bytes_per_sequence(spec: LLMSpec, hw: Hardware) -> int:
+    """The fixed-size state a sequence keeps on a card in place of a KV cache in Gated DeltaNet
+    layers (Qwen3-Next): per layer and value head the recurrent state [dk, dv] in fp32, and the
+    last ``linear_conv_kernel_dim - 1`` inputs of the causal convolution; 0 for other models."""
+    lin = linear_layers(spec)
+    if not lin:
+        return 0
+    x = spec.extra
+    kh, vh = max(1, x["linear_num_key_heads"] // hw.tp), max(1, x["linear_num_value_heads"] // hw.tp)
+    dk, dv = x["linear_key_head_dim"], x["linear_value_head_dim"]
+    conv = (2 * kh * dk + vh * dv) * (x.get("linear_conv_kernel_dim", 4) - 1) * hw.act_bytes
+    return lin * (vh * dk * dv * 4 + conv)
 
 
 def activation_bytes(spec: LLMSpec, hw: Hardware, kernels: list[CostedKernel], tokens: int) -> int:
@@ -78,4 +96,4 @@ def describe(use: HBMUse) -> str:
 
 
 __all__ = ["DEFAULT_HBM_UTILIZATION", "HBMCapacityError", "HBMUse", "activation_bytes", "capacity_bytes", "describe",
-           "kv_bytes_per_token", "weights_bytes"]
+           "kv_bytes_per_token", "state_bytes_per_sequence", "weights_bytes"]

@@ -14,7 +14,7 @@ node runs as, `lower` the one spec ``node.kernel`` holds; every later pass refin
 from __future__ import annotations
 
 from dataclasses import replace
-from math import prod
+from math import lcm, prod
 
 from ..capture.graph import Graph, Node
 from ..hw.capabilities import CoreCapabilities, capabilities
@@ -55,17 +55,47 @@ def _shape(graph: Graph, name: str) -> tuple[int, ...]:
     return info.shape if info is not None else ()
 
 
+def conv_groups(node: Node) -> int:
+    """The ``groups`` of a convolution node (1 for anything else)."""
+    if node.op not in CONVS:
+        return 1
+    at = 8 if node.op in ("convolution", "_convolution") else 6  # aten.convolution has transposed, output_padding
+    g = node.args[at] if len(node.args) > at else node.kwargs.get("groups", 1)
+    return g if isinstance(g, int) and not isinstance(g, bool) and g > 0 else 1
+
+
+def grouped_conv_gemm(groups: int, cin_g: int, cout_g: int, taps: int, m: int, c0: int = 16) -> tuple[int, int, int, int]:
+    """(batch, M, K, N) of a grouped convolution as CANN's Conv2D runs it: ``enlarge`` groups are
+    packed into one GEMM whose weight is block-diagonal, so that the packed input and output
+    channels fill whole C0 blocks (ops/built-in/tbe/impl/conv2d.py in Huawei's canndev, mirrored in
+    dengguojie/vue-element-admin at 54d4a81e796a: ``enlarge = min(lcm(lcm(cin, C0) // cin,
+    lcm(cout, 16) // cout), groups)``, ``c1_opt = ceil(cin * enlarge / C0)``, ``cout1_opt =
+    ceil(cout * enlarge / 16)``, ``group_opt = ceil(groups / enlarge)``). A depthwise convolution
+    (one channel per group) packs 16 channels into each 16 x 16 fractal, the way TBE's
+    depthwise_conv2d computes with a diagonal [C1, H, W, 16, 16] filter: ``groups / 16`` GEMMs of K =
+    16 x taps, N = 16, of which 1/16 of the MACs is useful. ``taps`` = kh x kw; ``m`` = N x Ho x Wo."""
+    enlarge = min(lcm(lcm(cin_g, c0) // cin_g, lcm(cout_g, 16) // cout_g), groups)
+    c1_opt = -(-cin_g * enlarge // c0)
+    cout1_opt = -(-cout_g * enlarge // 16)
+    group_opt = -(-groups // enlarge)
+    return group_opt, m, c1_opt * c0 * taps, cout1_opt * 16
+
+
 def gemm_dims(graph: Graph, node: Node) -> tuple[int, int, int, int]:
-    """(batch, M, K, N) of a Cube ATen node (a convolution as implicit GEMM, groups as batch)."""
+    """(batch, M, K, N) of a Cube ATen node (a convolution as implicit GEMM; a grouped one as CANN
+    packs its groups, `grouped_conv_gemm`)."""
     op = node.op
     if op in CONVS:
         x, w = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1])
         out = node.outputs[0].shape
-        at = 8 if op in ("convolution", "_convolution") else 6  # aten.convolution has transposed, output_padding
-        g = node.args[at] if len(node.args) > at else node.kwargs.get("groups", 1)
-        groups = g if isinstance(g, int) and not isinstance(g, bool) and g > 0 else 1
+        groups = conv_groups(node)
         spatial = prod(out[2:]) if len(out) > 2 else 1
-        dims = groups, out[0] * spatial, (x[1] // groups) * prod(w[2:]), w[0] // groups
+        if groups > 1:
+            c0 = 32 if op in INT8_LAYERS else 16
+            dims = grouped_conv_gemm(groups, max(1, x[1] // groups), max(1, w[0] // groups), prod(w[2:]),
+                                     out[0] * spatial, c0)
+        else:
+            dims = 1, out[0] * spatial, x[1] * prod(w[2:]), w[0]
     elif op in ("linear", "linear_int8"):
         x, w = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1])
         dims = 1, prod(x[:-1]), x[-1], w[0]
@@ -100,21 +130,32 @@ def _has_bias(node: Node) -> bool:
     return False
 
 
+def useful_macs(graph: Graph, node: Node) -> int:
+    """The MACs a grouped convolution needs (0 for any other Cube node: all it computes is useful):
+    N x Ho x Wo x C_out x (C_in / groups) x kh x kw."""
+    groups = conv_groups(node)
+    if groups == 1:
+        return 0
+    x, w, out = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1]), node.outputs[0].shape
+    return int(prod(out) * (x[1] // groups) * prod(w[2:]))
+
+
 def cube_kernel(graph: Graph, node: Node, chip: Chip, precision: str | Precision) -> CubeKernel:
     """The Cube kernel of a matmul or convolution node, unfused: bias (if any) in its epilogue."""
     caps = capabilities(chip)
     batch, m, k, n = gemm_dims(graph, node)
     op = node.npu.name if node.npu is not None else "MatMulV2"
+    useful = useful_macs(graph, node)
     if node.op in INT8_LAYERS:  # int8 weights and activations, dequantised to fp16 on the way out
         x = graph.info(node.inputs[0])
         scale_at = INT8_LAYERS[node.op]
         dynamic = len(node.args) > scale_at and node.args[scale_at] is None
         quant = InputQuant(x.numel, x.shape[-1], dynamic) if x is not None and x.numel else None
         return CubeKernel(op, batch, m, k, n, "int8", "fp16", caps.place(bias=_has_bias(node), dequant=True),
-                          quantize_input=quant, im2col=conv_im2col(graph, node))
+                          quantize_input=quant, im2col=conv_im2col(graph, node), useful_macs=useful)
     p = as_precision(chip, precision)
     return CubeKernel(op, batch, m, k, n, p.cube, p.cube_out, caps.place(bias=_has_bias(node)),
-                      im2col=conv_im2col(graph, node))
+                      im2col=conv_im2col(graph, node), useful_macs=useful)
 
 
 def conv_im2col(graph: Graph, node: Node) -> Im2col | None:
@@ -356,7 +397,8 @@ def kernels_of(graph: Graph) -> list[Kernel]:
     return out
 
 
-__all__ = ["CONVS", "INT8_LAYERS", "MAX_ROW", "attention_kernel", "cast_kernel", "cube_kernel", "flat_reduction", "gemm_dims",
+__all__ = ["CONVS", "INT8_LAYERS", "MAX_ROW", "attention_kernel", "cast_kernel", "conv_groups", "cube_kernel",
+           "flat_reduction", "gemm_dims", "grouped_conv_gemm", "useful_macs",
            "gemm_operands", "host_kernel", "kernels_of", "lower", "lower_all", "primitive_kernels", "split_row",
            "storage_dtypes", "stream_count", "streamed_inputs", "vector_kernel", "vector_spec", "with_casts",
            "with_epilogue"]

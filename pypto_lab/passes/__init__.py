@@ -14,6 +14,7 @@ from . import (  # noqa: F401 (register the passes)
     fuse_rmsnorm,
     fuse_rope,
     fuse_swiglu,
+    l2_residency,
     layout,
     merge_matmuls,
     mixed_precision,

@@ -1,5 +1,6 @@
 """Level-1 fusions of composite operators: one fused LayerNorm kernel (with the residual add in
-front of it), one FlashAttention kernel per attention.
+front of it), one FlashAttention kernel per attention where the core version has one
+(`pypto_lab.hw.capabilities`, [fa]: AIC-C-220 only).
 
 `fuse_layernorm` gives each LayerNorm back its fused CANN kernel (all statistics computed in UB,
 one GM round trip) and pulls a preceding single-use residual ``add`` into it. `fuse_attention`
@@ -13,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..capture.graph import Graph, Node
+from ..hw.capabilities import capabilities
 from ..kernels.ir import AttentionKernel, VectorKernel
 from ..lowering.lower import vector_kernel
 from .base import Pass, PassContext, PassResult, describe, register
@@ -75,6 +77,12 @@ class FuseAttention(Pass):
     requires: ClassVar[tuple[str, ...]] = ("map_ops",)
 
     def apply(self, graph: Graph, ctx: PassContext) -> PassResult:
+        caps = capabilities(ctx.chip)
+        if not caps.flash_attention:
+            return PassResult(graph, modified=False, summary=(
+                f"not run: {ctx.chip.name} ({caps.core_version}) has no FlashAttention kernel (FlashAttentionScore "
+                "supports Atlas A2/A3 only): attention runs as BatchMatMul, SoftmaxV2, BatchMatMul with the scores "
+                "in GM"))
         count = 0
         for node in graph.nodes:
             if isinstance(node.kernel, AttentionKernel) and not node.kernel.flash:

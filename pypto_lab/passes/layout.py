@@ -15,7 +15,13 @@ consume and produce activations in NC1HWC0 (5HD, C0 = 16 for fp16) and its matmu
   (view, reshape, flatten, permute, transpose, select, slice, ...), data movement other than
   plain copies (pad, cat other than below, ...), attention and CPU fallbacks.
 * A concatenation along C of 5HD tensors with whole C0 blocks stays 5HD; when every input comes
-  from a Cube kernel that nothing else reads, it is written in place (no kernel at all).
+  from a Cube kernel that nothing else reads, it is written in place (no kernel at all; FE's
+  ConvConcatFusionPass, strided writes). Otherwise it still runs no kernel when its inputs can
+  share its buffer (GE's ConcatNotaskPass, `concat_no_task`): everything before the concatenated
+  axis is 1 (a batch of 1 for a channel concatenation), no input is a graph input or weight, is
+  read by the graph's output, comes twice, or already lives in another such buffer. A
+  DenseNet block's reused features meet the last rule only in the first concatenation that takes
+  them; every later one copies (ConcatD), as CANN's rule says.
 * Everything else (element-wise Vector ops, pooling, unfolded BatchNorm, dropout, copies) is
   format-agnostic: it takes the format of its first activation input; other activation inputs
   in another format are converted to it (or, when that format does not fit their rank, every
@@ -44,6 +50,7 @@ from typing import ClassVar
 from ..capture.catalogue import NpuOp, aten_name
 from ..capture.graph import Graph, Node, TensorInfo
 from ..hw.capabilities import NC1HWC0, ND, NZ, capabilities
+from ..hw.chip import DTYPE_BYTES
 from ..kernels.ir import CubeKernel, TransDataKernel
 from ..lowering.lower import storage_dtypes
 from .base import Pass, PassContext, PassResult, register
@@ -186,6 +193,7 @@ class AssignLayout(Pass):
 
         removed = remove_round_trips(graph)
         in_place = concat_in_place(graph)
+        no_task, copied = concat_no_task(graph, DTYPE_BYTES.get(gm_dtype, 2))
         counts: dict[str, int] = {}
         live = {n.name for n in graph.nodes}
         for td in inserted:
@@ -200,6 +208,13 @@ class AssignLayout(Pass):
             notes.append(self.note("", f"{len(in_place)} channel concatenations are written in place: the convolutions "
                                        "feeding them write their results at their channel offsets in 5HD (GE's "
                                        "ConvConcatFusionPass), so no ConcatD kernel runs"))
+        if no_task:
+            notes.append(self.note("", f"{len(no_task)} concatenations share one buffer with their inputs (GE's "
+                                       "ConcatNotaskPass): their producers write into it, no ConcatD kernel runs"))
+        for name, reason in copied[:5]:
+            notes.append(self.note(name, f"ConcatD copies its inputs: {reason} (GE's ConcatNotaskPass)"))
+        if len(copied) > 5:
+            notes.append(self.note("", f"{len(copied) - 5} more concatenations copy their inputs (ConcatD)"))
         if nd_matmul:
             notes.append(self.note("", f"{chip.core_version}: matmuls read ND (MTE2 converts ND->NZ on the way into "
                                        "L1) and write ND (FixPipe), so no TransData around them"))
@@ -291,6 +306,75 @@ def concat_in_place(graph: Graph) -> list[str]:
             node.group = None
             done.append(node.name)
     return done
+
+
+def _gm_bytes(info: TensorInfo, eb: int) -> int:
+    return info.numel * eb if info.dtype in ("float32", "float16", "bfloat16") else info.nbytes
+
+
+def _contiguous(node: Node, info: TensorInfo | None) -> bool:
+    """Whether a concatenation's pieces lie one after another in its buffer: every axis before the
+    concatenated one is 1 (GE's ConcatNotaskPass, CheckDim / CheckSplitAxis). In 5HD a channel
+    concatenation runs over C1 after N, so it needs a batch of 1 (and whole C0 blocks, which the
+    5HD format already asks)."""
+    if info is None or not info.shape:
+        return False
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    if not isinstance(dim, int):
+        return False
+    dim %= len(info.shape)
+    return all(d == 1 for d in info.shape[:dim])
+
+
+def concat_no_task(graph: Graph, eb: int = 2) -> tuple[list[str], list[tuple[str, str]]]:
+    """Concatenations that run no kernel because their inputs are written straight into their
+    buffer, by GE's ConcatNotaskPass (hicann/ge compiler/graph/passes/memory_optimize/
+    concat_notask_pass.cc and notask_pass_base.cc at ffdcbc9f7496, on at the default --oo_level
+    O3): the pieces must be contiguous in the output (`_contiguous`); each input must come from
+    an operator (not a graph input, weight or constant), from a different one than the others,
+    hold a multiple of 32 bytes (more than one input), not be read by the graph's output, and not
+    already be placed in another no-task buffer (a producer's output is "locked" by the first
+    no-task concatenation that takes it); a concatenation whose input is itself a no-task node
+    stays a copy. ``eb``: bytes per element of a floating-point tensor in GM. Returns (the no-task
+    concatenations, [(a copied one, why)])."""
+    producers = graph.producers()
+    outputs = set(graph.outputs)
+    locked: set[str] = set()
+    done: list[str] = []
+    copied: list[tuple[str, str]] = []
+    for node in graph.nodes:
+        if aten_name(node.target) != "cat" or node.unit in (None, "free") or node.kernel is None:
+            continue
+        inputs = list(node.inputs)
+        reason = ""
+        if not _contiguous(node, node.outputs[0] if node.outputs else None):
+            reason = "its pieces are not contiguous in the output (an axis before the concatenated one is not 1)"
+        elif len(set(inputs)) != len(inputs):
+            reason = "an input comes twice"
+        for i in inputs if not reason else ():
+            p = producers.get(i)
+            info = graph.info(i)
+            if p is None:
+                reason = f"input {i} is a graph input or weight"
+            elif p.unit == "free" or p.kernel is None and p.group is None:
+                reason = f"input {i} is a view or another buffer-sharing node"
+            elif i in outputs:
+                reason = f"input {i} is also a graph output"
+            elif i in locked:
+                reason = f"input {i} already lives in an earlier concatenation's buffer (read again here)"
+            elif len(inputs) > 1 and (info is None or _gm_bytes(info, eb) % 32):
+                reason = f"input {i} is not a multiple of 32 bytes"
+            if reason:
+                break
+        if reason:
+            copied.append((node.name, reason))
+            continue
+        locked.update(inputs)
+        node.npu = NpuOp("ConcatD", "free")
+        node.kernel = None
+        node.group = None
+        done.append(node.name)
+    return done, copied
 
 
 def remove_round_trips(graph: Graph) -> int:

@@ -10,19 +10,28 @@ estimated within ``within`` of the best) and the best ``candidates - 1`` of the 
 or every legal (block_q, block_k). It writes the fastest into the kernel's spec
 (``CubeKernel.tile``, ``AttentionKernel.block_q / block_k``) and never keeps a tiling slower than
 the default. Identical kernels (ResNet's repeated bottlenecks, BERT's layers) are searched once:
-they share one spec. Vector kernels keep their default tiles (one tile shape per UB budget).
+they share one spec; kernels that differ only in what L2 kept between operators (`l2_residency`)
+share the search too, and keep its tiling only if it still beats the default with their residency. Vector kernels keep their default tiles (one tile shape per UB budget).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..capture.graph import Graph
 from ..hw.chip import Chip
+from ..kernels.cost import cost
 from ..kernels.ir import AttentionKernel, CubeKernel
 from ..kernels.tile_search import candidate_tilings, search_tiling, with_tiling
 from .base import Pass, PassContext, PassResult, register
+
+
+def without_l2(spec):
+    """``spec`` as if L2 kept nothing between operators (the tiling search runs on it once)."""
+    if isinstance(spec, CubeKernel) and (spec.l2_operands or spec.l2_writes):
+        return replace(spec, l2_operands=(), l2_writes=0)
+    return spec
 
 
 @register
@@ -56,8 +65,16 @@ class TuneTiling(Pass):
                 continue
             base = with_tiling(spec, None)
             if base not in decided:
-                found = search_tiling(base, chip, self.choices(chip, base))
-                best, default_us, best_us = found.tile, found.default.time_us, found.best.time_us
+                plain = without_l2(base)
+                if plain not in decided:  # kernels differing only in what L2 kept share one search
+                    found = search_tiling(plain, chip, self.choices(chip, plain))
+                    decided[plain] = (found.tile, found.default.time_us, found.best.time_us)
+                best, default_us, best_us = decided[plain]
+                if plain != base and best is not None:
+                    # keep the tiling only if it still beats the default with this kernel's L2 residency
+                    default_us = cost(base, chip).time_us
+                    best_us = cost(with_tiling(base, best), chip).time_us
+                    best = best if best_us < default_us else None
                 decided[base] = (best, default_us, best_us)
                 if best is not None:
                     gains.append((default_us - best_us, f"{node.module or node.name}: {default_us:.1f} -> "
@@ -67,5 +84,6 @@ class TuneTiling(Pass):
             tuned += best is not None
             kept += best is None
         notes = tuple(self.note("", g) for _, g in sorted(gains, reverse=True)[:3])
-        summary = f"{tuned} kernels retiled, {kept} keep the default tiling ({len(decided)} distinct kernels searched)"
+        searched = sum(1 for k in decided if k == without_l2(k))
+        summary = f"{tuned} kernels retiled, {kept} keep the default tiling ({searched} distinct kernels searched)"
         return PassResult(graph, modified=tuned > 0, summary=summary, notes=notes)

@@ -299,3 +299,7 @@ __all__ = [
 ]
 
 element = Element
+
+from .tensor import bind_library as _bind_library  # noqa: E402
+
+_bind_library(globals())  # Tensor.add(...), x.topk(...), ...: the methods call the ops of this namespace

@@ -182,12 +182,12 @@ def _check_bounds(what, offsets, shape, dims, n, run):
     return True
 
 
-def run_batched(run, loop_node, its: np.ndarray, sel: np.ndarray, p: dict) -> bool:
+def run_batched(run, loop_node, its: np.ndarray, sel: np.ndarray, p: dict, compute) -> bool:
     """Run every iteration of ``loop_node`` at once (``its``: the iteration values, ``sel``: the
     variant of each). False, having changed nothing, when the iterations turn out to depend on
     each other or to leave their tensors (overlapping writes, an offset out of range): the caller
-    then runs them one by one, which reports such errors with the iteration."""
-    from .execute import _elementwise_node
+    then runs them one by one, which reports such errors with the iteration. ``compute(run, node,
+    operand values)`` is the executor's value of one node (`execute._elementwise_node`)."""
 
     graph = run.graph
     nodes = graph.nodes
@@ -267,7 +267,7 @@ def run_batched(run, loop_node, its: np.ndarray, sel: np.ndarray, p: dict) -> bo
                 node = type(n)(n.id, n.op, n.inputs, n.shape, n.dtype, dict(n.attrs))
                 rank = len(nodes[src].shape)
                 node.attrs["dim"] = n.attrs["dim"] % rank - rank   # counted from the end: batch-proof
-                vals[i] = _elementwise_node(run, node, [x])
+                vals[i] = compute(run, node, [x])
                 if src in batched:
                     batched.add(i)
             elif op == "transpose":
@@ -288,7 +288,7 @@ def run_batched(run, loop_node, its: np.ndarray, sel: np.ndarray, p: dict) -> bo
                     return False
                 if op == "matmul" or op in ELEMENTWISE:
                     b_in = [j in batched for j in n.inputs]
-                    vals[i] = _elementwise_node(run, n, ins)
+                    vals[i] = compute(run, n, ins)
                     if any(b_in):
                         batched.add(i)
                 else:

@@ -166,7 +166,7 @@ class _Run:
             p = self.plans.get(n.id, 0)
             if p == 0:
                 p = self.plans[n.id] = batched.plan(self.graph, n)
-            if p is not None and batched.run_batched(self, n, its, sel, p):
+            if p is not None and batched.run_batched(self, n, its, sel, p, _elementwise_node):
                 self.idx.pop(n.id, None)
                 return
         ranges = [(var["lo"], var["hi"]) for var in variants]

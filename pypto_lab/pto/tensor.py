@@ -693,15 +693,21 @@ _METHODS = ("add", "sub", "mul", "div", "hypot", "prelu", "fmod", "remainder", "
             "clone", "pad", "fillpad", "scatter_update", "scatter_", "scatter", "var", "axpy_", "matmul", "amin")
 
 
-def _pkg():
-    import pypto_lab.pto as pkg
+_LIBRARY: dict = {}  # the package's namespace (pypto_lab.pto binds it here when it loads: `bind_library`)
 
-    return pkg
+
+def bind_library(namespace: dict) -> None:
+    """Called by ``pypto_lab/pto/__init__.py`` once every op is imported: the methods below call the
+    op of their name from it (the package imports this module, never the other way round)."""
+    _LIBRARY.update(namespace)
 
 
 def _method(name):
     def method(self, *args, **kwargs):
-        return getattr(_pkg(), name)(self, *args, **kwargs)
+        if name not in _LIBRARY:
+            raise TraceError(f"Tensor.{name}: the pto op library is not loaded: import pypto_lab.pto (as pypto) "
+                             "before tracing")
+        return _LIBRARY[name](self, *args, **kwargs)
     method.__name__ = name
     method.__doc__ = f"``pypto.{name}(self, ...)``."
     return method
@@ -722,12 +728,12 @@ def _fill_(self, value):
 
 
 def _triu_(self, diagonal=0):
-    self.move(_pkg().triu(self, diagonal))
+    self.move(_LIBRARY["triu"](self, diagonal))
     return self
 
 
 def _tril_(self, diagonal=0):
-    self.move(_pkg().tril(self, diagonal))
+    self.move(_LIBRARY["tril"](self, diagonal))
     return self
 
 
@@ -740,7 +746,7 @@ def _floordiv(self, other):
 
 
 def _mod(self, other):
-    return _pkg().remainder(self, other)
+    return _LIBRARY["remainder"](self, other)
 
 
 def _iter(self):

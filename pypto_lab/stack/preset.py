@@ -62,6 +62,8 @@ FUSIONS: dict[str, str] = {
     "sdpa_flash": "scaled_dot_product_attention as one FlashAttention kernel (no s x s scores in GM)",
     "attention_core": "attention written as matmul, softmax, matmul replaced by one FlashAttention kernel",
     "elementwise": "chains of element-wise and row-wise Vector operators as one kernel",
+    "l2_optimize": "an operator's output stays in the chip's L2 for the operators that read it while it fits "
+                   "(ATC --buffer_optimize=l2_optimize)",
 }
 
 

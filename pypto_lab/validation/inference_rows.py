@@ -4,7 +4,7 @@ Each row is run as `validate.validate` runs it (the model from its architecture,
 level 3 in fp16 on the row's chip at the row's batch) and filed under its regime: CNNs at small
 batch (batch <= 8, where launch and offline-model costs weigh most) or large batch, and
 transformer encoders. ATC-compiled rows run on the ``atc-om`` stack; rows compiled with TorchAIE
-(``torch_aie.compile``) say so, and run on the ``torchaie`` stack when one is installed.
+(``torch_aie.compile``) say so, and run on the ``torch_aie`` stack.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from .validate import BUILDERS, LEVELS, Row, ValidationError, published_rows
 
 TRANSFORMERS = ("bert-base-uncased", "roberta-base", "albert-base-v2")
 SMALL_BATCH = 8
-TORCHAIE_STACK = "torchaie"
+TORCHAIE_STACK = "torch_aie"
 
 
 def regime_of(row: Row) -> str:

@@ -581,7 +581,7 @@ notebook 10 (`local=True` here keeps it in this process). `benchmarks/bench_trai
 the full Llama-2-70B search on 64 cards (about a minute on two cores).
 
 Here: Llama-2-7B on 16 cards, global batch 64 x 4,096 tokens (about 20 s in this process). The
-winner, tp 1 with two pipeline stages, is the layout ModelLink's own Llama-2-7B script picks.
+winner, tp 1 with two pipeline stages, is the tp and pp ModelLink's own Llama-2-7B script sets (for 8 cards).
 """)
 
 code("""

@@ -539,7 +539,7 @@ md("""
 Fusion removes most Vector kernels and their HBM round trips; MC2 then takes most of the
 tensor-parallel collectives off the critical path. `benchmarks/train_validation.py` runs the
 published ModelLink LLaMA configurations this way (their scripts pass these flags): the simulated
-throughput moves from about a third too slow to 11-21 % too fast, the same side as the CNN rows
+throughput moves from about a third too slow to 17-31 % too fast (as of this writing), the same side as the CNN rows
 (what the simulator leaves out, host dispatch above all, only ever costs time).
 **Try**: `sequence_parallel=False`, or a longer sequence, and watch which part of the step grows.
 """)

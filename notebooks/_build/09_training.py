@@ -4,7 +4,8 @@ Training on simulated Ascend 910B cards with pypto_lab.train.simulate_step: ResN
 fine-tuning steps on 1 and 8 cards, the forward/backward/optimizer/communication breakdown, O1
 against O2 (cost and numerics), gradient checkpointing, DDP as the seed writes it, a bucket-size
 sweep, scaling to two servers, the Chrome trace, a data loader that starves the NPU, and an LLM
-step with fused Vector kernels and MC2.
+step with fused Vector kernels and MC2, memory advice and the configuration search over parallel
+layouts.
 """
 
 from _notebook import Notebook
@@ -538,21 +539,100 @@ md("""
 Fusion removes most Vector kernels and their HBM round trips; MC2 then takes most of the
 tensor-parallel collectives off the critical path. `benchmarks/train_validation.py` runs the
 published ModelLink LLaMA configurations this way (their scripts pass these flags): the simulated
-throughput moves from about a third too slow to 11-21 % too fast, the same side as the CNN rows
+throughput moves from about a third too slow to 17-31 % too fast (as of this writing), the same side as the CNN rows
 (what the simulator leaves out, host dispatch above all, only ever costs time).
 **Try**: `sequence_parallel=False`, or a longer sequence, and watch which part of the step grows.
 """)
 
-# ---------------------------------------------------------------- 12 limits
+# ---------------------------------------------------------------- 12 layouts and the search
 md("""
-## 12 · What is modelled, and what is not
+## 12 · Parallel layouts, memory advice and the configuration search
+
+A large model trains under a **layout**: `tp` (tensor parallel), `pp` (pipeline stages, `vpp`
+virtual chunks per stage for the interleaved schedule), `cp` (context parallel: ring attention),
+`dp` (the rest), a sharded optimizer (`zero=1|2|3` or Megatron's `distributed_optimizer=True`),
+recomputation (`recompute="selective"|"full"`) and the micro-batches of a step. `simulate_step`
+takes them as Megatron and DeepSpeed users write them (`pypto_lab.train.megatron_args` reads a
+script's argument list, `pypto_lab.train.deepspeed_config` a DeepSpeed JSON).
+
+When a layout does not fit a card, `HBMCapacityError` gives the memory per card by part and the
+cheapest changes that fit, each with the memory it would need:
+""")
+
+code("""
+llama70 = transformers.LlamaConfig(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                                   num_attention_heads=64, num_key_value_heads=8, vocab_size=32000,
+                                   max_position_embeddings=4096)
+one = {"input_ids": torch.zeros(1, 4096, dtype=torch.long)}
+try:
+    simulate_step(llama70, one, chip="Ascend910B2", cards=64, tp=8, pp=2, micro_batches=256, precision="bf16",
+                  sequence_parallel=True)
+except HBMCapacityError as e:
+    print(str(e).replace(". ", ".\n"))
+""")
+
+md("""
+Which layout is fastest? `pypto_lab.explore.train_search.search_layouts` lists every layout
+Megatron allows for a model, cards and global batch, keeps those that fit (memory is computed
+before any kernel is costed; each layout gets the least recomputation that fits), costs them with
+the same step model as `simulate_step` and ranks them by tokens per second. Layouts that share a
+micro-batch size and `cp` share one captured step, and those groups run on the Dask sweep of
+notebook 10 (`local=True` here keeps it in this process). `benchmarks/bench_train_search.py` runs
+the full Llama-2-70B search on 64 cards (about a minute on two cores).
+
+Here: Llama-2-7B on 16 cards, global batch 64 x 4,096 tokens (about 20 s in this process). The
+winner, tp 1 with two pipeline stages, is the tp and pp ModelLink's own Llama-2-7B script sets (for 8 cards).
+""")
+
+code("""
+from pypto_lab.explore.train_search import search_layouts
+
+llama7 = transformers.LlamaConfig(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                                  num_attention_heads=32, num_key_value_heads=32, vocab_size=32000,
+                                  max_position_embeddings=4096)
+t0 = time.perf_counter()
+found = search_layouts(llama7, 16, 64, 4096, chip="Ascend910B2", mc2=True, micro_batch_sizes=(1, 2), cp=(1, 2),
+                       local=True)
+print(f"searched in {time.perf_counter() - t0:.0f} s")
+print(found.table(12))
+print()
+print(found.why())
+""")
+
+code("""
+frame = found.frame()
+fig, ax = plt.subplots(figsize=(8, 3.5))
+for tp_, g in frame.groupby("tp"):
+    ax.scatter(g["peak_gib"], g["tokens_per_s_per_card"], label=f"tp={tp_}", s=18)
+ax.axvline(64, color="grey", lw=0.8, ls="--")
+ax.set_xlabel("HBM per card (GiB)"); ax.set_ylabel("tokens/s per card")
+ax.set_title("every fitting layout of Llama-2-7B on 16 x 910B2"); ax.legend(); fig.tight_layout(); plt.show()
+""")
+
+md("""
+`why()` sets the winner's step out in parts (compute, recomputation, tensor / context parallel
+communication inside the passes, the pipeline bubble, exposed data-parallel communication, the
+optimizer) and, against the next layouts of another shape, names the parts that differ most.
+Every row carries the `simulate_step` arguments that reproduce it (`found.best["args"]`): rerun
+it to see its trace, bubbles and all.
+
+**Try**: `micro_batch_sizes=(1, 2, 4)`, `zero=(0, 1, 3)` with `stack="torch_npu-eager"`
+(DeepSpeed's ZeRO stages instead of Megatron's distributed optimizer), or twice the global batch,
+and watch the pipeline layouts climb as the bubble shrinks.
+""")
+
+# ---------------------------------------------------------------- 13 limits
+md("""
+## 13 · What is modelled, and what is not
 
 Modelled: the joint graph's kernels (forward, backward, recomputation) on the calibrated chip
 model; fused optimizer kernels with fp32 master weights; O0/O1/O2 kernels and numerics, loss
 scaling and its overflow check; the memory plan, the largest batch and `HBMCapacityError`;
 DDP buckets overlapped with the backward on a communication stream over the server topology;
 gradient accumulation; tensor parallelism (`tp=`, Megatron style, with sequence parallelism) for
-transformer models, and MC2's overlap of their collectives with the matmuls; FlashAttention and
+transformer models, and MC2's overlap of their collectives with the matmuls; pipeline parallelism
+(1F1B and interleaved), context parallelism (ring attention), ZeRO 1-3 / FSDP and Megatron's
+distributed optimizer, full and selective recomputation; FlashAttention and
 fused Vector kernels for causal LMs; QAT's fake-quantisation kernels; the loader's measured host
 time and modelled copies.
 
@@ -562,13 +642,13 @@ Not modelled, so read the figures with this in mind:
   activation, cast and residual add is its own kernel through HBM (`fuse_vector=True` fuses them,
   as graph mode would);
 - the attention **mask add** of BERT-style models is not costed (the mask is dropped at capture);
-- **pipeline parallelism** and ZeRO/distributed optimizers are not modelled;
+- **expert parallelism** (`ep=`) is accepted and checked but its all-to-alls are not costed, and
+  transformers' MoE layers do not capture yet;
 - the loader's host time is this machine's, not a training server's.
 
 How close is it? `benchmarks/train_validation.py` compares `simulate_step` with published Ascend
 training throughputs (`datasets/published_training/`, each row with its source and a quote);
-`benchmarks/README.md` has the table: CNN and BERT steps within about ±30 %, LLM steps (fused,
-MC2) 11-21 % too fast.
+`pypto-lab validate --set training` prints the table, per row with its error.
 
 **Try**: `checkpoint=True` on ResNet-50; `tp=2` on BERT with 8 cards; your own model and loss.
 """)

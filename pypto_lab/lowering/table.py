@@ -131,6 +131,18 @@ def _entries() -> dict[str, NpuOp]:
     # backward ops: gradients of the element-wise ops, softmax, pooling and the rest
     out.update({
         "threshold_backward": _vec("ReluGrad", "relu"),
+        # the gradients of the clipped and piecewise activations: a compare and a select per element
+        # (CANN's HardtanhGrad (ReLU6's gradient), HardSwishGrad, HardSigmoidGrad, LeakyReluGrad,
+        # EluGradV2, SoftplusGrad)
+        "hardtanh_backward": _vec("HardtanhGrad", "sub", "relu"),
+        "hardswish_backward": _vec("HardSwishGrad", "sub", "mul", "add", "relu"),
+        "hardsigmoid_backward": _vec("HardSigmoidGrad", "sub", "mul", "relu"),
+        "leaky_relu_backward": _vec("LeakyReluGrad", "sub", "mul"),
+        "elu_backward": _vec("EluGradV2", "exp", "mul", "add"),
+        "softplus_backward": _vec("SoftplusGrad", "exp", "add", "div", "mul"),
+        "avg_pool2d_backward": _vec("AvgPoolGrad", "mul", rows="output"),
+        "upsample_nearest2d_backward": _vec("ResizeNearestNeighborV2Grad", "add"),
+        "upsample_bilinear2d_backward": _vec("ResizeBilinearV2Grad", "mul", "add"),
         "gelu_backward": _vec("GeluGrad", "gelu", "mul"),
         "tanh_backward": _vec("TanhGrad", "mul", "sub", "mul"),
         "sigmoid_backward": _vec("SigmoidGrad", "sub", "mul", "mul"),
@@ -141,6 +153,8 @@ def _entries() -> dict[str, NpuOp]:
         "max_pool2d_with_indices_backward": _vec("MaxPoolGradWithArgmax", "max", rows="output"),
         "_adaptive_avg_pool2d_backward": _vec("AdaptiveAvgPool2dGrad", "mul"),
         "select_backward": _vec("SelectGrad", "copy"), "slice_backward": _vec("SliceGrad", "copy"),
+        # a slice or select written into a copy of a larger tensor (their functional backward)
+        "slice_scatter": _vec("SliceScatter", "copy"), "select_scatter": _vec("SelectScatter", "copy"),
         "embedding_dense_backward": NpuOp("UnsortedSegmentSum", "vector", ("add",), lower=T.scatter_add_rows),
         "scatter_add": NpuOp("UnsortedSegmentSum", "vector", ("add",), lower=T.scatter_add_rows),
         "_native_batch_norm_legit_functional": NpuOp("BNTraining", "vector", lower=T.batch_norm_training, fp32=True),

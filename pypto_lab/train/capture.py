@@ -58,6 +58,7 @@ class StepGraph:
     notes: list[str] = field(default_factory=list)
     signature: Any = None                          # AOT autograd's GraphSignature (input and output roles)
     fake_quant: list = field(default_factory=list)  # QAT layers (FakeQuantLayer), costed by the step
+    host_syncs: int = 0                            # values the forward reads back to the host (`scalar_reads`)
 
     def saved(self) -> list[torch.fx.Node]:
         """The forward's tensors the backward reads (after resolving views): what stays alive from
@@ -87,16 +88,18 @@ def nbytes(node: torch.fx.Node) -> int:
 class _WithLoss(nn.Module):
     """``model`` and its loss as one module whose first output is the loss."""
 
-    def __init__(self, model: nn.Module, loss_fn, n_inputs: int, keys: tuple[str, ...] | None):
+    def __init__(self, model: nn.Module, loss_fn, n_inputs: int, keys: tuple[str, ...] | None,
+                 constants: dict[str, Any] | None = None):
         super().__init__()
         self.model = model
         self.loss_fn = loss_fn
         self.n_inputs = n_inputs
         self.keys = keys
+        self.constants = dict(constants or {})
 
     def forward(self, *args):
         if self.keys is not None:
-            out = self.model(**dict(zip(self.keys, args)))
+            out = self.model(**dict(zip(self.keys, args)), **self.constants)
             loss = out["loss"] if isinstance(out, dict) else out.loss
         else:
             out = self.model(*args[: self.n_inputs])
@@ -108,19 +111,31 @@ class _WithLoss(nn.Module):
         return (loss,)
 
 
-def _flatten_batch(example_batch, loss_fn) -> tuple[tuple[torch.Tensor, ...], int, tuple[str, ...] | None]:
+# a dict batch's non-tensor values passed to the model as they are (not traced): flags such as CLIP's
+# return_loss=True, and plain numbers
+_CONSTANT_TYPES = (bool, int, float, str, type(None))
+
+
+def _flatten_batch(example_batch, loss_fn) -> tuple[tuple[torch.Tensor, ...], int, tuple[str, ...] | None,
+                                                    dict[str, Any]]:
     if isinstance(example_batch, dict):
-        keys = tuple(example_batch)
-        bad = [k for k, v in example_batch.items() if not isinstance(v, torch.Tensor)]
+        tensors = {k: v for k, v in example_batch.items() if isinstance(v, torch.Tensor)}
+        constants = {k: v for k, v in example_batch.items() if not isinstance(v, torch.Tensor)}
+        bad = [k for k, v in constants.items() if not isinstance(v, _CONSTANT_TYPES)]
         if bad:
-            raise TrainCaptureError(f"example_batch[{bad[0]!r}] is {type(example_batch[bad[0]]).__name__}: every "
-                                    "value of a dict batch must be a tensor. Fix: pass tensors only (input_ids, "
-                                    "attention_mask, labels)")
-        if not set(keys) & LABEL_KEYS:
-            raise TrainCaptureError(f"dict batch with keys {list(keys)}: the model must return .loss, so the batch "
-                                    f"needs its targets ({', '.join(sorted(LABEL_KEYS))}). Fix: add labels (for a "
-                                    "causal LM, labels = input_ids)")
-        return tuple(example_batch.values()), len(keys), keys
+            raise TrainCaptureError(f"example_batch[{bad[0]!r}] is {type(example_batch[bad[0]]).__name__}: a dict "
+                                    "batch holds tensors, and flags or numbers the model takes as they are. Fix: "
+                                    "pass tensors (input_ids, attention_mask, labels) and plain flags")
+        keys = tuple(tensors)
+        if not keys:
+            raise TrainCaptureError("example_batch has no tensor. Fix: pass input_ids (and labels)")
+        # a contrastive model (CLIP) computes its loss from the batch itself when asked: return_loss=True
+        if not set(keys) & LABEL_KEYS and constants.get("return_loss") is not True:
+            raise TrainCaptureError(f"dict batch with keys {list(example_batch)}: the model must return .loss, so "
+                                    f"the batch needs its targets ({', '.join(sorted(LABEL_KEYS))}), or "
+                                    "return_loss=True for a model whose loss needs none (CLIP's contrastive loss). "
+                                    "Fix: add labels (for a causal LM, labels = input_ids)")
+        return tuple(tensors.values()), len(keys), keys, constants
     if not isinstance(example_batch, (tuple, list)) or len(example_batch) < 2:
         raise TrainCaptureError(f"example_batch of type {type(example_batch).__name__}: a tuple batch is "
                                 "(inputs..., target) with a loss_fn, or a dict whose model output has .loss. Fix: "
@@ -130,7 +145,60 @@ def _flatten_batch(example_batch, loss_fn) -> tuple[tuple[torch.Tensor, ...], in
                                 "loss_fn=torch.nn.functional.cross_entropy, or a dict batch with labels")
     if not all(isinstance(t, torch.Tensor) for t in example_batch):
         raise TrainCaptureError("every element of example_batch must be a tensor. Fix: (inputs..., target) tensors")
-    return tuple(example_batch), len(example_batch) - 1, None
+    return tuple(example_batch), len(example_batch) - 1, None, {}
+
+
+class _Reads(list):
+    """The scalar reads of a trace, and how many times the traced model's forward ran in it (AOT
+    autograd runs it more than once: its metadata pass, the joint trace)."""
+
+    runs = 0
+
+    def per_forward(self) -> int:
+        return round(len(self) / self.runs) if self.runs else len(self)
+
+    @contextlib.contextmanager
+    def counting(self, model: nn.Module):
+        def hook(mod, args):
+            self.runs += 1
+        handle = model.register_forward_pre_hook(hook)
+        try:
+            yield self
+        finally:
+            handle.remove()
+
+
+@contextlib.contextmanager
+def scalar_reads():
+    """While a step is traced on fake tensors, a value the forward reads back from a tensor
+    (``.item()``, ``bool(t)``, ``if (mask == 0).any():``: ATen's ``_local_scalar_dense``) has no data
+    to read: it is taken as 1 (True) and counted. transformers' mask builders read whether any token
+    is padded (``masking_utils``: ``padding_mask.all()``); an example batch has no padding, so True is
+    the value the real read gives. On the NPU every such read is a device-to-host copy that waits for
+    the queued kernels (a host sync), and `pypto_lab.train.compose` costs it so. Yields a list whose
+    length is the number of reads."""
+    from torch._subclasses import fake_impls
+
+    ops = [torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default]
+    saved = {op: fake_impls.op_implementations_dict.get(op) for op in ops}
+    reads = _Reads()
+
+    def read(fake_mode, func, arg):
+        reads.append(str(arg.dtype))
+        if arg.dtype == torch.bool:
+            return True
+        return 1.0 if arg.dtype.is_floating_point else 1
+
+    for op in ops:
+        fake_impls.op_implementations_dict[op] = read
+    try:
+        yield reads
+    finally:
+        for op, impl in saved.items():
+            if impl is None:
+                fake_impls.op_implementations_dict.pop(op, None)
+            else:
+                fake_impls.op_implementations_dict[op] = impl
 
 
 @dataclass(frozen=True)
@@ -317,11 +385,11 @@ def capture_step(model: nn.Module, example_batch, loss_fn=None) -> StepGraph:
         example_batch = {k: v for k, v in example_batch.items() if k != "attention_mask"}
         notes.append("attention_mask left out of the trace (transformers branches on its values); its add on "
                      "the attention scores is not costed")
-    args, n_inputs, keys = _flatten_batch(example_batch, loss_fn)
+    args, n_inputs, keys, constants = _flatten_batch(example_batch, loss_fn)
     if not any(p.requires_grad for p in model.parameters()):
         raise TrainCaptureError("the model has no parameter with requires_grad=True: nothing to train. Fix: "
                                 "unfreeze some parameters (p.requires_grad_(True))")
-    wrapped = _WithLoss(model, loss_fn, n_inputs, keys)
+    wrapped = _WithLoss(model, loss_fn, n_inputs, keys, constants)
     was_training = model.training
     model.train()
     config = getattr(model, "config", None)
@@ -331,7 +399,7 @@ def capture_step(model: nn.Module, example_batch, loss_fn=None) -> StepGraph:
     try:
         with _located(model) as where, _without_fake_quant(model) as fake_quant, _untied(wrapped) as aliases:
             fake_args = _fake(args)
-            with _frozen_unread(wrapped, fake_args, aliases):
+            with scalar_reads() as reads, reads.counting(model), _frozen_unread(wrapped, fake_args, aliases):
                 gm, sig = aot_export_module(wrapped, fake_args, trace_joint=True, output_loss_index=0)
     except Exception as e:   # noqa: BLE001  (report what the tracer refused, with the rule)
         meta = any(p.is_meta for p in model.parameters())
@@ -357,7 +425,18 @@ def capture_step(model: nn.Module, example_batch, loss_fn=None) -> StepGraph:
 
     step = _drop_aliases(_step_graph(gm, sig, notes), aliases, notes)
     step.fake_quant = list({f.name: f for f in fake_quant}.values())
+    _note_reads(step, reads)
     return step
+
+
+def _note_reads(step: StepGraph, reads) -> None:
+    """Record the forward's scalar reads (`scalar_reads`), per run of the forward."""
+    n = reads.per_forward()
+    if n:
+        step.host_syncs = n
+        step.notes.append(f"the forward reads {n} value(s) back from the device (.item(), bool(tensor): "
+                          "ATen's _local_scalar_dense), each a host sync that drains the device's queue: costed "
+                          "as a device-to-host copy the host waits for; the trace took each value as 1 (True)")
 
 
 def _step_graph(gm, sig, notes: list[str]) -> StepGraph:
@@ -479,7 +558,7 @@ def capture_causal_lm(model: nn.Module, example_batch) -> StepGraph:
     try:
         loss_module = _CausalLMLoss(model)
         with _untied(loss_module) as aliases:
-            with _frozen_unread(loss_module, args, aliases):
+            with scalar_reads() as reads, reads.counting(model), _frozen_unread(loss_module, args, aliases):
                 gm, sig = aot_export_module(loss_module, args, trace_joint=True, output_loss_index=0)
     except Exception as e:   # noqa: BLE001
         raise TrainCaptureError(f"AOT autograd could not trace the causal LM's training step: {type(e).__name__}: "
@@ -489,7 +568,9 @@ def capture_causal_lm(model: nn.Module, example_batch) -> StepGraph:
         if use_cache:
             config.use_cache = use_cache
     notes: list[str] = []
-    return _drop_aliases(_step_graph(gm, sig, notes), aliases, notes)
+    step = _drop_aliases(_step_graph(gm, sig, notes), aliases, notes)
+    _note_reads(step, reads)
+    return step
 
 
 class JointChains:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The real framework's model kernels (hicann/pypto ``models/``, not vendored) plugged into the LLM
-engine's decode step in place of the workbench's own (`pypto_lab.llm.plug`).
+engine's decode and prefill steps in place of the workbench's own (`pypto_lab.llm.plug`).
 
     python scripts/day0_real_kernels.py PYPTO_SRC [--batch 1] [--prompt 4096] [--output 16]
 
@@ -17,6 +17,18 @@ decode step's shapes on the card.
   the routed experts stay the engine's (the file leaves them to a grouped matmul). The file's test
   runs the shared expert at intermediate 192 (GLM-4.5's 1,536 over 8 cards), so the setup is 16
   cards with tp 8 in w8a8.
+* `deepseek_sparse_attention`: DeepSeek-V3.2's ``sparse_flash_attention_quant_d`` in place of
+  IncreFlashAttention (16 cards, w8a16).
+* `qwen3_next_chunk_gated_delta_rule`: Qwen3-Next's ``chunk_gated_delta_rule``
+  (``models/qwen3_next/gated_delta_rule_impl.py``, run by ``qwen3_next_gated_delta_rule.py``): the
+  **chunked** gated delta rule, the prompt's form (chunks of 128 tokens: within-chunk attention, the
+  triangular inverse, the state carried from chunk to chunk), so it is plugged into the prefill of
+  Qwen3-Next's 36 Gated DeltaNet layers (``phase="prefill"``) and the workbench's
+  ``gated_delta_rule_decode`` runs the decode steps. Its test's layout: tokens of all sequences
+  packed (TND: q, k ``[T, Nqk, 128]``, v ``[T, Nv, 128]``, beta and the log gate ``[T, Nv]``), the
+  states ``[B, Nv, 128, 128]``, its constant masks, the cumulative sequence lengths ``[B + 1]``
+  (read by the kernel: the step's prompt lengths), all fp32 as the test passes them. On 4 cards a
+  card holds 4 key and 8 value heads, the test case ``b2_nqk4_nv8``.
 """
 
 from __future__ import annotations
@@ -159,8 +171,59 @@ def deepseek_sparse_attention(src: Path) -> LayerKernel:
                        replaces=("IncreFlashAttention",), make_tensor=make_tensor, run_context=npu_stand_in)
 
 
+def qwen3_next_chunk_gated_delta_rule(src: Path) -> LayerKernel:
+    """Qwen3-Next's chunked gated delta rule as the prefill form of the "linear_attention" layer kind
+    (see the module's docstring): the file's ``chunk_gated_delta_rule(b, nqk, nv, d, l)`` when every
+    prompt is a whole number of 128-token chunks, ``chunk_gated_delta_rule_unaligned`` otherwise, as
+    the file's ``pypto_chunk_gated_delta_rule_dyn`` chooses."""
+    from pypto_lab.llm.plug import PluggedKernelError
+
+    ns = load_model_file(src, "qwen3_next/qwen3_next_gated_delta_rule.py")
+    chunk = 128                          # the test's L (gen_dims), the kernel's chunk
+
+    def heads(s: StepShape) -> tuple[int, int, int]:
+        x = s.spec.extra
+        d = x["linear_key_head_dim"]
+        if d != 128 or x["linear_value_head_dim"] != 128:
+            raise PluggedKernelError(f"kernels['linear_attention']: the real chunk_gated_delta_rule in {s.spec.name}: "
+                                     f"head dims {d} / {x['linear_value_head_dim']}. Rule: the file's kernel runs "
+                                     "128-dim heads (gen_dims' D). Fix: a model with 128-dim linear-attention heads")
+        return max(1, x["linear_num_key_heads"] // s.hw.tp), max(1, x["linear_num_value_heads"] // s.hw.tp), d
+
+    def build(s: StepShape):
+        nqk, nv, d = heads(s)
+        aligned = all(c % chunk == 0 for c, _ in s.chunks)
+        make = ns["chunk_gated_delta_rule" if aligned else "chunk_gated_delta_rule_unaligned"]
+        return make(s.batch, nqk, nv, d, chunk)
+
+    def args(s: StepShape):
+        nqk, nv, d = heads(s)
+        t, b, f = s.tokens, s.batch, "float32"
+        ins = [TensorMeta((t, nqk, d), f), TensorMeta((t, nqk, d), f), TensorMeta((t, nv, d), f),
+               TensorMeta((t, nv), f), TensorMeta((t, nv), f), TensorMeta((b, nv, d, d), f),
+               TensorMeta((chunk, chunk), f), TensorMeta((chunk, chunk), f), TensorMeta((16, chunk), f),
+               TensorMeta((b + 1,), "int32")]
+        return ins, [TensorMeta((t, nv, d), f), TensorMeta((b, nv, d, d), f)]
+
+    def make_tensor(index: int, meta, s: StepShape):
+        if index == 6:                   # the test's constants (gen_inputs)
+            return torch.tril(-torch.ones(chunk, chunk), diagonal=-1)
+        if index == 7:
+            return torch.ones(chunk, chunk).tril()
+        if index == 8:
+            aligned = all(c % chunk == 0 for c, _ in s.chunks)
+            return torch.eye(16).repeat(1, 8) if aligned else torch.eye(16)
+        if index == 9:                   # cumulative prompt lengths: where each sequence's tokens start
+            return torch.tensor([0] + [sum(c for c, _ in s.chunks[:i + 1]) for i in range(s.batch)],
+                                dtype=torch.int32)
+        return torch.empty(meta.shape, dtype=getattr(torch, meta.dtype))
+
+    return LayerKernel("linear_attention", build, args=args, phase="prefill", make_tensor=make_tensor,
+                       name="chunk_gated_delta_rule (hicann/pypto qwen3_next)")
+
+
 def main(argv=None) -> int:
-    from pypto_lab.llm import simulate_generation
+    from pypto_lab.llm import plug, simulate_generation
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("pypto_src", type=Path)
@@ -179,6 +242,14 @@ def main(argv=None) -> int:
     r = simulate_generation("deepseek-v3.2", kernels={"attention": deepseek_sparse_attention(a.pypto_src)}, **kw)
     print(f"deepseek-v3.2, 16 cards w8a16, batch {a.batch}, {a.prompt} + {a.output} tokens: TPOT "
           f"{base.tpot_ms:.3f} ms with the engine's kernels, {r.tpot_ms:.3f} ms with the real kernel")
+    print(r.plugged_table())
+    kw = dict(batch=a.batch, prompt_len=a.prompt, output_len=a.output, cards=4)
+    base = simulate_generation("qwen3-next", **kw)
+    r = simulate_generation("qwen3-next", kernels={"linear_attention": (
+        qwen3_next_chunk_gated_delta_rule(a.pypto_src), plug.gated_delta_rule())}, **kw)
+    print(f"qwen3-next, 4 cards fp16, batch {a.batch}, {a.prompt} + {a.output} tokens: TTFT {base.ttft_ms:.2f} ms with "
+          f"the engine's kernels, {r.ttft_ms:.2f} ms with the real chunked kernel in the prefill; TPOT "
+          f"{base.tpot_ms:.3f} ms, {r.tpot_ms:.3f} ms with gated_delta_rule_decode")
     print(r.plugged_table())
     return 0
 

@@ -257,3 +257,113 @@ def test_serving_steps_take_the_plugged_kernel_in_decode_only_steps():
     plugged = serve("qwen3-next", "Ascend910B1", kernels={"linear_attention": plug.gated_delta_rule()}, **kw).to_dict()
     print("TPOT p50", plain["tpot_ms_p50"], "->", plugged["tpot_ms_p50"])
     assert plugged["tpot_ms_p50"] != plain["tpot_ms_p50"]
+
+
+# ---- kernels of the prefill phase ---------------------------------------------------------------------
+
+@pypto.jit
+def _double_v_prefill(q: pypto.Tensor[...], k: pypto.Tensor[...], v: pypto.Tensor[...], g: pypto.Tensor[...],
+                      beta: pypto.Tensor[...], state: pypto.Tensor[...], new_state: pypto.Tensor[...],
+                      out: pypto.Tensor[...]):
+    """A small kernel over the standard prefill arguments of a linear-attention layer: each (sequence,
+    value head)'s values doubled into the output, its state copied (its cost grows with the prompt)."""
+    n, p, dv = v.shape
+    dk = q.shape[2]
+    for i in pypto.loop(n, name="LOOP_heads", idx_name="i"):
+        pypto.set_vec_tile_shapes(1, 64, dv)
+        vi = pypto.view(v, [1, p, dv], [i, 0, 0])
+        pypto.assemble(vi + vi, [i, 0, 0], out)
+        pypto.set_vec_tile_shapes(dk, dv)
+        pypto.assemble(pypto.view(state, [dk, dv], [i * dk, 0]) + 0.0, [i * dk, 0], new_state)
+
+
+QWEN = dict(batch=1, prompt_len=200, output_len=4, cards=4, context_points=2)
+
+
+def test_a_prefill_kernel_runs_the_prefill_at_its_real_shapes_and_leaves_decode_alone():
+    prefill_kernel = plug.LayerKernel("linear_attention", _double_v_prefill, phase="prefill", name="double_v")
+    base = simulate_generation("qwen3-next", **QWEN)
+    r = simulate_generation("qwen3-next", kernels={"linear_attention": prefill_kernel}, **QWEN)
+    (p,) = r.plugged
+    print(r.plugged_table())
+    assert p["phase"] == "prefill" and p["kernel"] == "double_v" and p["calls_per_step"] == 36 and p["us_per_call"] > 0
+    assert p["replaces"] == ["ChunkGatedDeltaRule_intra", "ChunkGatedDeltaRule_state"]
+    assert p["shapes"][:3] == [[8, 200, 128]] * 3           # 8 value heads a card, the prompt's 200 tokens
+    assert "prefill" in r.table() and "double_v" in r.table()
+    names = {k.name for k in r.prefill_kernels}
+    assert "pto:double_v" in names and "ChunkGatedDeltaRule_intra" not in names
+    assert r.ttft_ms != base.ttft_ms and r.tpot_ms == base.tpot_ms
+    assert {k.name for k in r.decode_kernels} == {k.name for k in base.decode_kernels}
+    # the cost is the kernel's run at that step, memoised per shapes: a longer prompt costs more
+    spec, hw = spec_of("qwen3-next"), hardware("Ascend910B1", cards=4)
+    short = plug.cost_plugged(prefill_kernel, plug.prefill_shape(spec, hw, [(200, 0)]))[1]
+    assert short.time_us == pytest.approx(p["us_per_call"], rel=1e-9)
+    assert plug.cost_plugged(prefill_kernel, plug.prefill_shape(spec, hw, [(200, 0)]))[1] is short
+    assert plug.cost_plugged(prefill_kernel, plug.prefill_shape(spec, hw, [(800, 0)]))[1].time_us > short.time_us
+
+
+def test_a_decode_only_kernel_leaves_the_prefill_and_a_pair_serves_both_phases():
+    base = simulate_generation("qwen3-next", **QWEN)
+    dec = simulate_generation("qwen3-next", kernels={"linear_attention": plug.gated_delta_rule()}, **QWEN)
+    assert [p["phase"] for p in dec.plugged] == ["decode"]
+    assert dec.ttft_ms == base.ttft_ms
+    assert [k.name for k in dec.prefill_kernels] == [k.name for k in base.prefill_kernels]
+    both = (plug.LayerKernel("linear_attention", _double_v_prefill, phase="prefill", name="double_v"),
+            plug.gated_delta_rule())
+    r = simulate_generation("qwen3-next", kernels={"linear_attention": both}, **QWEN)
+    assert [(p["phase"], p["kernel"]) for p in r.plugged] == [("prefill", "double_v"),
+                                                              ("decode", "gated_delta_rule_decode")]
+    assert r.ttft_ms != base.ttft_ms and r.tpot_ms == dec.tpot_ms
+    # serving: a prefill-only step takes the prefill kernel; a step mixing both keeps the engine's
+    from pypto_lab.llm.engine import step_model
+    sm0 = step_model("qwen3-next", "Ascend910B1", cards=4)
+    sm = step_model("qwen3-next", "Ascend910B1", cards=4, kernels={"linear_attention": both})
+    assert sm.step_ms([(512, 0)], []) != sm0.step_ms([(512, 0)], [])
+    assert sm.step_ms([(512, 0)], [2048]) == sm0.step_ms([(512, 0)], [2048])
+
+
+def test_a_prefill_kernel_that_does_not_fit_the_prompt_is_refused_naming_the_step():
+    @pypto.jit
+    def fixed_prompt(q: pypto.Tensor([8, 128, 128], pypto.DT_FP16), k: pypto.Tensor[...], v: pypto.Tensor[...],
+                     g: pypto.Tensor[...], beta: pypto.Tensor[...], state: pypto.Tensor[...],
+                     new_state: pypto.Tensor[...], out: pypto.Tensor[...]):
+        out[:] = v
+
+    with pytest.raises(plug.PluggedKernelError, match=r"prefill step \(batch 1, prompt 256, tp 4\): input 'q' is "
+                       r"annotated with shape \[8, 128, 128\], the step passes \[8, 256, 128\].*Fix: annotate "
+                       r"\[8, 256, 128\]"):
+        simulate_generation("qwen3-next", batch=1, prompt_len=256, output_len=4, cards=4,
+                            kernels={"linear_attention": plug.LayerKernel("linear_attention", fixed_prompt,
+                                                                          phase="prefill")})
+    with pytest.raises(plug.PluggedKernelError, match=r"phase 'prompt'.*Fix: LayerKernel\(\.\.\., phase='prefill'\)"):
+        plug.LayerKernel("linear_attention", fixed_prompt, phase="prompt")
+    with pytest.raises(plug.PluggedKernelError, match="both serve the decode steps. Rule: one kernel per layer kind"):
+        simulate_generation("qwen3-next", **QWEN, kernels={"linear_attention": (
+            plug.gated_delta_rule(), plug.LayerKernel("linear_attention", fixed_prompt, phase="both"))})
+    with pytest.raises(plug.PluggedKernelError, match="lightning indexer's selection, which the engine runs in "
+                       "decode steps only"):
+        simulate_generation("deepseek-v3.2", batch=1, prompt_len=256, output_len=4, cards=16, precision="w8a16",
+                            kernels={"attention": plug.LayerKernel("attention", fixed_prompt, sparse=True,
+                                                                   phase="both")})
+
+
+def test_qwen3_next_prefills_with_the_real_frameworks_chunked_gated_delta_rule():
+    """``chunk_gated_delta_rule`` from the real ``models/qwen3_next/`` (the chunked form: 128-token
+    chunks, the state carried across them) in place of the engine's chunked gated delta rule in the
+    prefill, the workbench's recurrent kernel in decode."""
+    real, src = _real()
+    kernel = real.qwen3_next_chunk_gated_delta_rule(src)
+    kw = dict(batch=2, prompt_len=256, output_len=4, cards=4, context_points=2)
+    dec = simulate_generation("qwen3-next", kernels={"linear_attention": plug.gated_delta_rule()}, **kw)
+    r = simulate_generation("qwen3-next", kernels={"linear_attention": (kernel, plug.gated_delta_rule())}, **kw)
+    print(r.plugged_table())
+    pre, d = r.plugged
+    assert pre["phase"] == "prefill" and pre["kernel"].startswith("chunk_gated_delta_rule") and pre["calls_per_step"] == 36
+    assert pre["shapes"][:3] == [[512, 4, 128], [512, 4, 128], [512, 8, 128]]     # 2 x 256 tokens packed, 4 / 8 heads
+    assert pre["replaces"] == ["ChunkGatedDeltaRule_intra", "ChunkGatedDeltaRule_state"]
+    assert d["phase"] == "decode" and d["kernel"] == "gated_delta_rule_decode"
+    assert r.ttft_ms != dec.ttft_ms and r.tpot_ms == dec.tpot_ms
+    # the kernel runs each head's chunks one after another: twice the chunks, about twice the time
+    spec, hw = spec_of("qwen3-next"), hardware("Ascend910B1", cards=4)
+    t = {n: plug.cost_plugged(kernel, plug.prefill_shape(spec, hw, [(n, 0)]))[1].time_us for n in (256, 512)}
+    assert 1.6 < t[512] / t[256] < 2.4

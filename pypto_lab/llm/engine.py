@@ -122,10 +122,15 @@ class LLMReport:
     plugged: list[dict[str, Any]] = field(default_factory=list)
 
     def plugged_table(self) -> str:
-        """One line per pto kernel plugged into the decode step: layer kind, kernel, simulated µs per
-        call at the middle context, calls per step, what it replaced."""
-        return "\n".join(f"  {p['kind']:<17} {p['kernel']:<26} {p['us_per_call']:9.2f} us x{p['calls_per_step']:<3}"
-                         f" = {p['ms_per_step']:.3f} ms per step (SIM, context {p['context']}; replaces "
+        """One line per pto kernel plugged into the engine's steps: the phase (the prefill, or the
+        decode steps), layer kind, kernel, simulated µs per call (the prefill at its prompts, decode
+        at the middle context), calls per step, what it replaced."""
+        def where(p):
+            if p["phase"] == "prefill":
+                return f"prefill of {p['batch']} x {p['context']} tokens"
+            return f"context {p['context']}"
+        return "\n".join(f"  {p['phase']:<7} {p['kind']:<17} {p['kernel']:<26} {p['us_per_call']:9.2f} us "
+                         f"x{p['calls_per_step']:<3} = {p['ms_per_step']:.3f} ms per step (SIM, {where(p)}; replaces "
                          f"{', '.join(p['replaces'])})" for p in self.plugged)
 
     @property
@@ -174,7 +179,7 @@ class LLMReport:
             + (f"; communication {self.comm_ms_per_step:.3f} ms per step" if self.cards > 1 else ""),
         ]
         if self.plugged:
-            lines += ["pto kernels plugged into the decode step:", self.plugged_table()]
+            lines += ["pto kernels plugged into the engine's steps:", self.plugged_table()]
         lines.append("slowest kernels of one decode step:")
         for k in sorted(self.decode_kernels, key=lambda k: -k.time_us)[:top]:
             lines.append(f"  {k.name:<26} x{k.count:<3} {k.time_us / 1000:9.3f} ms  {k.cost.bound}")
@@ -258,7 +263,8 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
     "concat-expand" for code that concatenates the cache and expands it to every head). ``kernels``:
     pto kernels as the implementation of a layer kind in the decode steps, ``{"attention" |
     "linear_attention" | "moe": kernel}`` (`pypto_lab.llm.plug`: each costed by its SIM run at the
-    step's shapes; the report's ``plugged`` names them with their cost). Raises `HBMCapacityError`
+    step's shapes; a kernel declared ``phase="prefill"`` or ``"both"`` also runs the prefill, and so
+    the TTFT; the report's ``plugged`` names them with their phase and cost). Raises `HBMCapacityError`
     when the weights, the KV cache and the activations do not fit a card."""
     if launch_us is not None:
         raise launch_moved(launch_us, stack)
@@ -279,7 +285,8 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
     total = prompt_len + output_len
     use = check_fits(spec, hw, batch, total, prompt_len, hbm_utilization)
     b = _split(batch, hw)
-    prefill = forward_kernels(spec, hw, prefill=[(prompt_len, 0)] * b, strategy="exact")   # one step: simulated
+    prefill = forward_kernels(spec, hw, prefill=[(prompt_len, 0)] * b, strategy="exact",   # one step: simulated
+                              plugged=plugged)
     ttft_ms = step_time_us(prefill, hw.stack) / 1000
     steps = max(1, output_len - 1)
     first, last = prompt_len + 1, prompt_len + steps
@@ -316,20 +323,23 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
         tpot_ms=tpot, step_vs_context=[(c, t) for c, t, _ in per_ctx], hbm=use,
         kv_bytes_per_token=kv_bytes_per_token(spec, hw), comm_ms=comm_prefill + comm_step * steps,
         comm_ms_prefill=comm_prefill, comm_ms_per_step=comm_step, roofline=roofline, prefill_kernels=prefill,
-        decode_kernels=mid_kernels, spec=spec, stack=hw.stack.name, plugged=_plugged_summary(mid_kernels, plugged, mid))
+        decode_kernels=mid_kernels, spec=spec, stack=hw.stack.name,
+        plugged=_plugged_summary(prefill, "prefill", plugged, prompt_len, b)
+        + _plugged_summary(mid_kernels, "decode", plugged, mid, b))
 
 
-def _plugged_summary(kernels: list[CostedKernel], plugged, context: int) -> list[dict[str, Any]]:
-    """The report's entry per plugged kernel, from the middle context's decode step."""
+def _plugged_summary(kernels: list[CostedKernel], phase: str, plugged, context: int, batch: int) -> list[dict[str, Any]]:
+    """The report's entry per plugged kernel of one step: the prefill (``context`` its prompt
+    length), or the middle context's decode step. ``batch``: sequences per card."""
     if not plugged:
         return []
     from .plug import plugged_rows
     out = []
     for k in plugged_rows(kernels):
         kind = k.kernel.anchor
-        out.append({"kind": kind, "kernel": plugged[kind].label, "us_per_call": k.cost.time_us,
+        out.append({"phase": phase, "kind": kind, "kernel": k.name.removeprefix("pto:"), "us_per_call": k.cost.time_us,
                     "calls_per_step": k.count, "ms_per_step": k.cost.time_us * k.count / 1000, "context": context,
-                    "shapes": [list(a.shape) for a in k.spec.args if hasattr(a, "shape")],
+                    "batch": batch, "shapes": [list(a.shape) for a in k.spec.args if hasattr(a, "shape")],
                     "replaces": list(k.fused_ops)})
     return out
 
@@ -337,7 +347,8 @@ def _plugged_summary(kernels: list[CostedKernel], plugged, context: int) -> list
 class ChipStepModel:
     """A `StepModel` (see `step_model.py`) for ``spec`` on ``hw``: one engine step's time from
     `forward_kernels`, memoised on (prefill chunks, decode count, mean context rounded to 16).
-    ``plugged``: pto kernels for layer kinds of the decode-only steps (`plug.resolve`)."""
+    ``plugged``: pto kernels for layer kinds of the decode-only steps, and of the prefill-only
+    steps for a kernel of the prefill phase (`plug.resolve`)."""
 
     def __init__(self, spec: LLMSpec, hw: Hardware, max_batched_tokens: int = 8192,
                  hbm_utilization: float = DEFAULT_HBM_UTILIZATION, plugged=None):
@@ -373,7 +384,8 @@ def step_model(model, chip: str | Chip = DEFAULT_CHIP, cards: int = 1, tp: int |
                hbm_utilization: float = DEFAULT_HBM_UTILIZATION, launch_us: float | None = None,
                kernels: dict | None = None) -> ChipStepModel:
     """The serving simulator's view of ``model`` on ``cards`` x ``chip`` under ``stack``; ``kernels``
-    as for `simulate_generation` (pto kernels in the decode-only steps)."""
+    as for `simulate_generation` (pto kernels in the decode-only steps, and in the prefill-only
+    steps for a kernel of the prefill phase)."""
     if launch_us is not None:
         raise launch_moved(launch_us, stack)
     spec = spec_of(model)
@@ -407,8 +419,8 @@ def serve(model, chip: str | Chip = DEFAULT_CHIP, requests: int = 1000, rate: fl
     driven by this engine's step times. ``concurrency``: at most that many requests in flight (a
     closed loop with the default rate); ``shared_prefix``, ``prefix_caching``: a system prompt in
     front of every prompt and vLLM's automatic prefix caching (see `simulate_serving`). Returns a
-    `serving.ServeReport`. ``kernels``: pto kernels for layer kinds of the decode-only steps
-    (`pypto_lab.llm.plug`). Every argument, and a trace file, is checked before the model is costed."""
+    `serving.ServeReport`. ``kernels``: pto kernels for layer kinds of the decode-only steps (and of
+    the prefill-only steps for a kernel of the prefill phase: `pypto_lab.llm.plug`). Every argument, and a trace file, is checked before the model is costed."""
     check_serving_arguments(requests=requests, rate=rate, seed=seed, scheduler=scheduler,
                             max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs, block_size=block_size,
                             concurrency=concurrency, shared_prefix=shared_prefix, prefix_caching=prefix_caching)

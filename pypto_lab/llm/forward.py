@@ -319,11 +319,13 @@ def forward_kernels(spec: LLMSpec, hw: Hardware, prefill: Sequence[tuple[int, in
     lists them with their shapes' bytes but no simulation (for the HBM accounting); ``strategy``
     is the costing strategy (`pypto_lab.kernels.cost`: "grid" for the many steps of a generation
     or a serving run, "exact" for a step costed once). ``plugged``: layer kind -> `plug.LayerKernel`
-    (a `plug.Plugged`, from `plug.resolve`); in a decode-only step each replaces that layer kind's kernels by one pto
-    kernel run at the step's shapes (`plug.apply`); prefill steps keep the engine's kernels."""
+    (a `plug.Plugged`, from `plug.resolve`); in a decode-only step each kernel of the decode phase,
+    in a prefill-only step each kernel of the prefill phase, replaces that layer kind's kernels by
+    one pto kernel run at the step's shapes (`plug.apply`); a step mixing prefill chunks and decode
+    tokens keeps the engine's kernels."""
     out = _forward_kernels(spec, hw, prefill, decode, costed, strategy)
-    if plugged and decode and not prefill and costed:
-        out = plugged.apply(out, spec, hw, list(decode))   # `plug.Plugged`
+    if plugged and costed and bool(decode) != bool(prefill):
+        out = plugged.apply(out, spec, hw, list(decode), list(prefill))   # `plug.Plugged`
     return out
 
 

@@ -210,9 +210,8 @@ def qwen3_next_chunk_gated_delta_rule(src: Path) -> LayerKernel:
             return torch.tril(-torch.ones(chunk, chunk), diagonal=-1)
         if index == 7:
             return torch.ones(chunk, chunk).tril()
-        if index == 8:
-            aligned = all(c % chunk == 0 for c, _ in s.chunks)
-            return torch.eye(16).repeat(1, 8) if aligned else torch.eye(16)
+        if index == 8:                   # both variants take eye_data ([16, 128]), as the file's wrapper passes
+            return torch.eye(16).repeat(1, 8)
         if index == 9:                   # cumulative prompt lengths: where each sequence's tokens start
             return torch.tensor([0] + [sum(c for c, _ in s.chunks[:i + 1]) for i in range(s.batch)],
                                 dtype=torch.int32)

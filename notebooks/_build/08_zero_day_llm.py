@@ -657,7 +657,9 @@ Each plugged kernel is run in SIM, cost-only, at the decode step's real shapes o
 and widths divided by tensor parallelism), once per shape; the report names it with its simulated
 µs per call and calls per step. The kernels are the workbench's own, written in `pypto_lab.pto`
 from each model's public code (`pypto_lab/llm/model_kernels.py`), checked against torch references
-in `tests/test_llm_plugged.py`. Prefill keeps the engine's kernels.
+in `tests/test_llm_plugged.py`. These are decode kernels: the prefill keeps the engine's kernels.
+A kernel declared `plug.LayerKernel(..., phase="prefill")` runs the prefill instead (at the prompts'
+shapes: `scripts/day0_real_kernels.py` plugs the real framework's chunked gated delta rule there).
 """)
 code("""
 from pypto_lab.llm import plug, simulate_generation

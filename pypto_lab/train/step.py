@@ -390,7 +390,7 @@ def prepare_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", c
                "has no MoE layer (no grouped matmul over experts in its step)", "ep=1 for this model")
         _check("ep", ep, experts % ep == 0, f"expert parallelism gives every rank the same number of the model's "
                f"{experts} experts: ep must divide {experts}",
-               f"ep in {[d for d in range(1, experts + 1) if experts % d == 0 and d <= layout.dp * layout.cp]}")
+               f"ep in {[d for d in range(1, experts + 1) if experts % d == 0 and (layout.dp * layout.cp) % d == 0]}")
     n_layers = prep.layers
     if pp > 1:
         _check("pp", pp, n_layers >= pp * layout.vpp, f"pipeline stages split the model's repeated blocks "

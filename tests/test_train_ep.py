@@ -112,3 +112,15 @@ def test_a_qwen3_moe_config_captures_with_its_experts_split_over_ep_ranks():
     r = simulate_step(cfg, IDS, precision="bf16", cards=4, ep=4)
     assert r.unmapped_ops == {} and r.ep_comm_ms > 0
     assert any("each card holds 2 of the 8 experts" in n for n in r.notes)
+
+
+def test_a_megatron_moe_argument_list_runs_expert_parallel_and_names_the_overlap_it_does_not_model():
+    from pypto_lab.train.megatron_args import read_megatron_args
+
+    run = read_megatron_args("--num-layers 2 --hidden-size 128 --ffn-hidden-size 256 --num-attention-heads 4 "
+                             "--seq-length 64 --tokenizer-type Llama2Tokenizer --swiglu --bf16 "
+                             "--num-experts 4 --moe-router-topk 2 --expert-model-parallel-size 2 --moe-grouped-gemm "
+                             "--moe-alltoall-overlap-comm --micro-batch-size 1 --global-batch-size 2")
+    assert run.ignored == ["--moe-alltoall-overlap-comm"]
+    r = run.simulate(2)
+    assert r.layout.ep == 2 and r.ep_comm_ms > 0 and r.unmapped_ops == {}

@@ -402,8 +402,8 @@ def capture_step(model: nn.Module, example_batch, loss_fn=None) -> StepGraph:
     try:
         with _located(model) as where, _without_fake_quant(model) as fake_quant, _untied(wrapped) as aliases:
             fake_args = _fake(args)
-            with scalar_reads() as reads, reads.counting(model), _frozen_unread(wrapped, fake_args, aliases), \
-                    grouped_mm_fallback():
+            with grouped_mm_fallback(), scalar_reads() as reads, reads.counting(model), \
+                    _frozen_unread(wrapped, fake_args, aliases):
                 gm, sig = aot_export_module(wrapped, fake_args, trace_joint=True, output_loss_index=0)
     except Exception as e:   # noqa: BLE001  (report what the tracer refused, with the rule)
         meta = any(p.is_meta for p in model.parameters())
@@ -562,8 +562,8 @@ def capture_causal_lm(model: nn.Module, example_batch) -> StepGraph:
     try:
         loss_module = _CausalLMLoss(model)
         with _untied(loss_module) as aliases:
-            with scalar_reads() as reads, reads.counting(model), _frozen_unread(loss_module, args, aliases), \
-                    grouped_mm_fallback():
+            with grouped_mm_fallback(), scalar_reads() as reads, reads.counting(model), \
+                    _frozen_unread(loss_module, args, aliases):
                 gm, sig = aot_export_module(loss_module, args, trace_joint=True, output_loss_index=0)
     except Exception as e:   # noqa: BLE001
         raise TrainCaptureError(f"AOT autograd could not trace the causal LM's training step: {type(e).__name__}: "

@@ -568,7 +568,7 @@ try:
     simulate_step(llama70, one, chip="Ascend910B2", cards=64, tp=8, pp=2, micro_batches=256, precision="bf16",
                   sequence_parallel=True)
 except HBMCapacityError as e:
-    print(str(e).replace(". ", ".\n"))
+    print(str(e).replace(". ", ".\\n"))
 """)
 
 md("""

@@ -124,3 +124,13 @@ def test_a_megatron_moe_argument_list_runs_expert_parallel_and_names_the_overlap
     assert run.ignored == ["--moe-alltoall-overlap-comm"]
     r = run.simulate(2)
     assert r.layout.ep == 2 and r.ep_comm_ms > 0 and r.unmapped_ops == {}
+
+
+def test_zero3_shards_the_experts_over_the_expert_data_parallel_group_to_the_same_bytes_per_card():
+    # ZeRO-3: the dense weights over the 4 data-parallel ranks, the experts' ep=2 share over the 2 expert
+    # data-parallel ranks: a quarter of every weight on each card, as without expert parallelism
+    one = simulate_step(CFG, IDS, precision="bf16", cards=4, zero=3)
+    two = simulate_step(CFG, IDS, precision="bf16", cards=4, zero=3, ep=2)
+    for key in ("weights", "master weights", "gradients", "optimizer state"):
+        assert two.memory[key] == one.memory[key], key
+    assert two.ep_comm_ms > 0

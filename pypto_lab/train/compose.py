@@ -213,10 +213,22 @@ class _Composer:
         seq = self.sequence(c, "forward" if phase == "forward" else "backward")
         gathered: dict[int, float] = {}
 
+        def sharded_us(kind: str, seg: int, per_param: float, trained: bool) -> float:
+            """A ZeRO-3 collective of segment ``seg``'s parameters (all, or the trained ones): the dense
+            ones over the data-parallel group, the experts' (under expert parallelism) over the expert
+            data-parallel group."""
+            counts = self.params_trained if trained else self.params_total
+            ex = self.plan.experts_by_segment()[int(trained)].get(seg, 0) if self.expert_grads else 0
+            t = plan.collective_us(kind, (counts.get(seg, 0) - ex) * per_param, lay.dp * lay.cp, group)
+            edp = self.expert_layout().dp
+            if ex and edp > 1:
+                t += plan.collective_us(kind, ex * per_param, edp, group_topology(self.topology, edp, lay.tp * lay.ep))
+            return t
+
         def gather(k: int, not_before: float) -> None:   # layer k's weights, on the communication stream
             nonlocal comm_free
-            nb = self.params_total.get(seq[k][1], 0) * BYTES[plan.policy.param_dtype]
-            comm_free = max(comm_free, not_before) + plan.collective_us("allgather", nb, lay.dp * lay.cp, group)
+            t = sharded_us("allgather", seq[k][1], BYTES[plan.policy.param_dtype], trained=False)
+            comm_free = max(comm_free, not_before) + t
             gathered[k] = comm_free
 
         if zero3 and seq:
@@ -268,8 +280,7 @@ class _Composer:
                         placed.append(_Placed(Unit(f"{spec.op}:segment {s}", "backward", spec, kc.scaled(share), s),
                                               p.start_us, p.end_us))
             if zero3 and phase == "backward":   # this layer's gradients reduce-scattered after its backward
-                nb = self.params_trained.get(s, 0) * gb
-                t = plan.collective_us("reducescatter", nb, lay.dp * lay.cp, group)
+                t = sharded_us("reducescatter", s, gb, trained=True)
                 comm_free = max(comm_free, stream.now_us) + t
         end = max(stream.now_us, comm_free if zero3 and phase == "backward" else stream.now_us)
         self._comm_free = comm_free
@@ -625,9 +636,11 @@ class _Composer:
                          f"stage idles {sched.bubble_fraction:.1%} of the pipeline's span (bubble)")
         if lay.ep > 1 and plan.moe.is_moe:
             edp = self.expert_layout().dp
+            held = self._stage_experts(cs, 0)[0]
             notes.append(f"expert parallelism over {lay.ep} ranks: each card holds {plan.moe.experts // lay.ep} of the "
-                         f"{plan.moe.experts} experts of each MoE layer (their weights, gradients and optimizer state "
-                         f"divided by {lay.ep}) and computes the routed rows of its experts, routing assumed balanced; "
+                         f"{plan.moe.experts} experts of each MoE layer ({held / 1e6:,.1f} M expert parameters per card"
+                         f"{' of the first stage' if lay.pp > 1 else ''}: their weights, gradients and optimizer state divided by "
+                         f"{lay.ep}) and computes the routed rows of its experts, routing assumed balanced; "
                          "2 all-to-alls per MoE layer in the forward (dispatch, combine) and 2 in the backward, on "
                          f"the critical path (not overlapped: MindSpeed's --moe-alltoall-overlap-comm is not modelled); "
                          f"the experts' gradients reduced over the expert data-parallel group of {edp} rank"

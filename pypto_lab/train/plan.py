@@ -554,7 +554,13 @@ class StepPlan:
 
     def experts_by_segment(self) -> tuple[dict[int, int], dict[int, int]]:
         """Per segment: the expert parameters one card holds (their share under ``ep``), and of
-        those the trained ones (a subset of `params_by_segment`'s)."""
+        those the trained ones (a subset of `params_by_segment`'s; computed once per plan)."""
+        memo = self.__dict__.get("_experts_memo")
+        if memo is None:
+            memo = self.__dict__["_experts_memo"] = self._experts_by_segment()
+        return memo
+
+    def _experts_by_segment(self) -> tuple[dict[int, int], dict[int, int]]:
         total: dict[int, int] = {}
         trained: dict[int, int] = {}
         for p in self.moe.expert_params:

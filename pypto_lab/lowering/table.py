@@ -58,6 +58,8 @@ def _entries() -> dict[str, NpuOp]:
     }
     out = {k: NpuOp(v, "cube") for k, v in cube.items()}
     out["convolution_backward"] = NpuOp("Conv2DBackprop", "cube", lower=T.convolution_backward)
+    # its backward: the input and the weight gradients, two GroupedMatmul kernels (MindSpeed's GMM backward)
+    out["grouped_mm_fallback_backward"] = NpuOp("GroupedMatmul", "cube", lower=T.grouped_matmul_backward)
 
     # Vector operators: (CANN operator, the Vector operators one tile runs)
     vector = {
@@ -206,7 +208,9 @@ def _entries() -> dict[str, NpuOp]:
         "uniform_": NpuOp("StatelessRandomUniform", "move"), "randn": NpuOp("StatelessRandomNormal", "move"),
         "rand": NpuOp("StatelessRandomUniform", "move"), "randint": NpuOp("StatelessRandomUniform", "move"),
         "bernoulli_": NpuOp("StatelessBernoulli", "move"), "topk": _vec("TopKV2", "max", sized_by_input=True),
-        "sort": _vec("Sort", "max", sized_by_input=True), "linalg_vector_norm": _vec("LpNormV2", "rmsnorm", fp32=True),
+        "sort": _vec("Sort", "max", sized_by_input=True),
+        # a histogram of values into bins (a MoE layer's tokens per expert: CANN's MoeComputeExpertTokens)
+        "histc": _vec("Histogram", "add", sized_by_input=True), "linalg_vector_norm": _vec("LpNormV2", "rmsnorm", fp32=True),
         "rms_norm": _vec("RmsNorm", "rmsnorm", fp32=True), "_fused_rms_norm": _vec("RmsNorm", "rmsnorm", fp32=True),
     })
     # torch_npu's fused operators (torch.ops.npu.<name>: "npu.<name>.default"), each the CANN kernel it

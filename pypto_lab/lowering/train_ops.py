@@ -11,6 +11,11 @@ names them; element-wise gradients, softmax gradients and the like need no rule 
   (normalise, scale, shift); its backward -> BNTrainingUpdateGrad (the two per-channel sums of
   dy and dy*x_hat) + BNTrainingReduceGrad (the input gradient), as CANN splits them;
 * LayerNorm's backward -> LayerNormXBackprop + LayerNormBetaGammaBackprop;
+* a mixture of experts' grouped matmul's backward (``transformers::grouped_mm_fallback_backward``)
+  -> two GroupedMatmul kernels, as MindSpeed's GMM backward calls them
+  (``mindspeed/core/transformer/moe/grouped_matmul_util.py``: ``npu_gmm([grad], [weight^T], ...,
+  group_type 0)`` for the input gradient, ``npu_gmm([x^T], [grad], ..., group_type 2)`` for the
+  weight gradient, split along K);
 * FlashAttention's backward: five GEMMs against the forward's two (FlashAttention-2, Dao 2023,
   Algorithm 2), costed as two and a half fused forward kernels.
 
@@ -98,6 +103,19 @@ def scatter_add_rows(graph: Graph, node: Node, chip: Chip, precision: Precision)
     return [_stats(precision, "UnsortedSegmentSum", ("add",), prod(_shape(graph, node, 0)), 2)]
 
 
+def grouped_matmul_backward(graph: Graph, node: Node, chip: Chip, precision: Precision) -> list[KernelSpec]:
+    """GroupedMatmul's backward (input ``x`` [S, K], weights [E, K, N], offsets, output gradient [S,
+    N]): dX = dY @ W_e^T per expert (batch: the busy experts, M = rows per expert, K = N, N = K) and
+    dW_e = x_e^T @ dY_e (batch: the busy experts, M = K, K = rows per expert, N = N), the routed
+    rows spread evenly over the experts (`pypto_lab.lowering.lower`'s grouped-matmul rule)."""
+    x, w = _shape(graph, node, 0), _shape(graph, node, 1)
+    rows, experts = (x[0] if x else 1), (w[0] if w else 1)
+    k, n = (w[1], w[2]) if len(w) == 3 else (x[-1] if x else 1, 1)
+    busy = max(1, min(experts, rows))
+    per = max(1, -(-rows // busy))
+    return [_cube("GroupedMatmul", busy, per, n, k, precision), _cube("GroupedMatmul", busy, k, per, n, precision)]
+
+
 def flash_attention_backward(graph: Graph, node: Node, chip: Chip, precision: Precision) -> list[KernelSpec]:
     """FlashAttention's backward recomputes the scores and runs five GEMMs to the forward's two
     (FlashAttention-2, Dao 2023, Algorithm 2): costed as 2.5 forward kernels, rounded to the
@@ -110,4 +128,4 @@ def flash_attention_backward(graph: Graph, node: Node, chip: Chip, precision: Pr
 
 
 __all__ = ["batch_norm_backward", "batch_norm_training", "convolution_backward", "flash_attention_backward",
-           "layer_norm_backward", "scatter_add_rows"]
+           "grouped_matmul_backward", "layer_norm_backward", "scatter_add_rows"]

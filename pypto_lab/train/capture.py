@@ -5,7 +5,8 @@
 ``torch._functorch.aot_autograd.aot_export_module(..., trace_joint=True)``: one ATen graph whose
 forward nodes compute the loss and whose backward nodes (everything downstream of the loss's
 ``ones_like`` seed) compute a gradient for every parameter. Shapes come from fake tensors, so a
-model on the meta device (a transformers config built with no weights) captures too.
+model on the meta device (a transformers config built with no weights) captures too; a mixture of
+experts' grouped matmuls are captured as transformers' fallback custom op (`pypto_lab.train.moe`).
 
 `StepGraph` splits the nodes into forward and backward, resolves views to the tensor they alias,
 names the activations the backward reads (what the forward must keep alive), and maps every
@@ -23,6 +24,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from .moe import grouped_mm_fallback
 
 # ATen ops that create no data: their output aliases their first input (or is a tiny constant)
 ALIASES = {
@@ -399,7 +402,8 @@ def capture_step(model: nn.Module, example_batch, loss_fn=None) -> StepGraph:
     try:
         with _located(model) as where, _without_fake_quant(model) as fake_quant, _untied(wrapped) as aliases:
             fake_args = _fake(args)
-            with scalar_reads() as reads, reads.counting(model), _frozen_unread(wrapped, fake_args, aliases):
+            with grouped_mm_fallback(), scalar_reads() as reads, reads.counting(model), \
+                    _frozen_unread(wrapped, fake_args, aliases):
                 gm, sig = aot_export_module(wrapped, fake_args, trace_joint=True, output_loss_index=0)
     except Exception as e:   # noqa: BLE001  (report what the tracer refused, with the rule)
         meta = any(p.is_meta for p in model.parameters())
@@ -558,7 +562,8 @@ def capture_causal_lm(model: nn.Module, example_batch) -> StepGraph:
     try:
         loss_module = _CausalLMLoss(model)
         with _untied(loss_module) as aliases:
-            with scalar_reads() as reads, reads.counting(model), _frozen_unread(loss_module, args, aliases):
+            with grouped_mm_fallback(), scalar_reads() as reads, reads.counting(model), \
+                    _frozen_unread(loss_module, args, aliases):
                 gm, sig = aot_export_module(loss_module, args, trace_joint=True, output_loss_index=0)
     except Exception as e:   # noqa: BLE001
         raise TrainCaptureError(f"AOT autograd could not trace the causal LM's training step: {type(e).__name__}: "

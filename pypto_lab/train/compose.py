@@ -46,7 +46,7 @@ from .pipeline import Schedule, peak_activations, simulate
 from .plan import PRE, StepPlan, Unit
 from .policy import BYTES
 from .report import BucketComm, StageReport, TrainReport
-from .zero import dp_collectives, grad_bytes, state_bytes
+from .zero import StateBytes, dp_collectives, grad_bytes, state_bytes
 
 OPTIMIZERS = {
     # name: (fp32 tensors read per parameter, written, the fused update's vector ops, optimizer state)
@@ -204,7 +204,7 @@ class _Composer:
         lay, plan = self.layout, self.plan
         start_us = stream.now_us
         placed: list[_Placed] = []
-        pieces: list[tuple[float, float]] = []
+        pieces: list[tuple[float, float, bool]] = []   # (end, bytes, whether the gradients are experts')
         recompute_us = 0.0
         gb = grad_bytes(plan.policy, self.x.fp32_grads)
         zero3 = lay.zero >= 3 and lay.dp * lay.cp > 1
@@ -213,10 +213,22 @@ class _Composer:
         seq = self.sequence(c, "forward" if phase == "forward" else "backward")
         gathered: dict[int, float] = {}
 
+        def sharded_us(kind: str, seg: int, per_param: float, trained: bool) -> float:
+            """A ZeRO-3 collective of segment ``seg``'s parameters (all, or the trained ones): the dense
+            ones over the data-parallel group, the experts' (under expert parallelism) over the expert
+            data-parallel group."""
+            counts = self.params_trained if trained else self.params_total
+            ex = self.plan.experts_by_segment()[int(trained)].get(seg, 0) if self.expert_grads else 0
+            t = plan.collective_us(kind, (counts.get(seg, 0) - ex) * per_param, lay.dp * lay.cp, group)
+            edp = self.expert_layout().dp
+            if ex and edp > 1:
+                t += plan.collective_us(kind, ex * per_param, edp, group_topology(self.topology, edp, lay.tp * lay.ep))
+            return t
+
         def gather(k: int, not_before: float) -> None:   # layer k's weights, on the communication stream
             nonlocal comm_free
-            nb = self.params_total.get(seq[k][1], 0) * BYTES[plan.policy.param_dtype]
-            comm_free = max(comm_free, not_before) + plan.collective_us("allgather", nb, lay.dp * lay.cp, group)
+            t = sharded_us("allgather", seq[k][1], BYTES[plan.policy.param_dtype], trained=False)
+            comm_free = max(comm_free, not_before) + t
             gathered[k] = comm_free
 
         if zero3 and seq:
@@ -253,8 +265,10 @@ class _Composer:
                 if keep:
                     placed.append(_Placed(u, p.start_us, p.end_us))
                 if u.grads and u.phase != "recompute":
-                    nb = sum(self._grad_numel(g) for g in u.grads) * gb
-                    pieces.append((p.end_us, nb))
+                    experts = self.expert_grads
+                    nb = sum(self._grad_numel(g) for g in u.grads if g not in experts) * gb
+                    ne = sum(self._grad_numel(g) for g in u.grads if g in experts) * gb
+                    pieces += [(p.end_us, b, e) for b, e in ((nb, False), (ne, True)) if b or not e]
             if phase == "backward" and self.x.accumulate != "none" and self.params_trained.get(s, 0):
                 # the layer's new gradients added into the accumulated ones (see `accumulate_spec`)
                 spec = self.accumulate_spec(self.params_trained[s])
@@ -266,8 +280,7 @@ class _Composer:
                         placed.append(_Placed(Unit(f"{spec.op}:segment {s}", "backward", spec, kc.scaled(share), s),
                                               p.start_us, p.end_us))
             if zero3 and phase == "backward":   # this layer's gradients reduce-scattered after its backward
-                nb = self.params_trained.get(s, 0) * gb
-                t = plan.collective_us("reducescatter", nb, lay.dp * lay.cp, group)
+                t = sharded_us("reducescatter", s, gb, trained=True)
                 comm_free = max(comm_free, stream.now_us) + t
         end = max(stream.now_us, comm_free if zero3 and phase == "backward" else stream.now_us)
         self._comm_free = comm_free
@@ -288,7 +301,21 @@ class _Composer:
     def _grad_numel(self, param: str) -> int:
         plan = self.plan
         t = plan.step.params[param].meta["val"]
-        return t.numel() // (plan.tp if plan.tp > 1 and param in plan.split_params else 1)
+        n = t.numel() // (plan.tp if plan.tp > 1 and param in plan.split_params else 1)
+        return n // plan.ep if param in plan.moe.expert_params else n
+
+    @property
+    def expert_grads(self) -> set[str]:
+        """The experts' parameters when expert parallelism reduces their gradients over a group of
+        their own (the expert data-parallel group); empty otherwise."""
+        return self.plan.moe.expert_params if self.layout.ep > 1 else set()
+
+    def expert_layout(self) -> Layout:
+        """The layout the experts' weights, gradients and optimizer state are sharded under: data
+        parallelism over the expert data-parallel group, ``dp x cp / ep`` ranks (Megatron-Core's
+        ``expert_data_parallel_size``, `pypto_lab.train.moe`)."""
+        lay = self.layout
+        return replace(lay, dp=max(1, lay.dp * lay.cp // lay.ep), cp=1)
 
     # ---- the step ----
     def compose(self, report_base: dict) -> TrainReport:
@@ -298,7 +325,7 @@ class _Composer:
         fwd = [[0.0] * vpp for _ in range(pp)]
         bwd = [[0.0] * vpp for _ in range(pp)]
         rec = [[0.0] * vpp for _ in range(pp)]
-        pieces: dict[tuple[int, int], list[tuple[float, float]]] = {}
+        pieces: dict[tuple[int, int], list[tuple[float, float, bool]]] = {}
         kernels: list[CostedKernel] = []
         cp_f = cp_b = 0.0
         # chunks of the same layers (captured segments), ends and recomputation run the same: each such
@@ -317,7 +344,7 @@ class _Composer:
                 df = self.cp_comm_us - before
                 before = self.cp_comm_us
                 b, r, pc, pb = self.run_chunk(c, "backward", stream, keep=keep)
-                same[key] = (f, b, r, [(t - f, nb) for t, nb in pc], df, self.cp_comm_us - before)
+                same[key] = (f, b, r, [(t - f, nb, e) for t, nb, e in pc], df, self.cp_comm_us - before)
             f, b, r, rel, df, db = same[key]
             cp_f += df if c.stage == 0 else 0.0
             cp_b += db if c.stage == 0 else 0.0
@@ -349,7 +376,7 @@ class _Composer:
         kept_kernels_opt: list[CostedKernel] = []
         for s in range(pp):
             last_b = sched.last_backward_end(s)
-            ready: list[tuple[float, float]] = []
+            ready: list[tuple[float, float, bool]] = []
             last_of: dict[int, Any] = {}   # each chunk's last backward
             for p in sched.of(s):
                 if p.kind == "B" and (p.chunk not in last_of or p.end_us > last_of[p.chunk].end_us):
@@ -358,31 +385,45 @@ class _Composer:
                 lastp = last_of.get(v)
                 if lastp is None:
                     continue
-                ready += [(lastp.start_us + t, nb) for t, nb in pieces.get((s, v), [])]
+                ready += [(lastp.start_us + t, nb, e) for t, nb, e in pieces.get((s, v), [])]
             ready.sort()
             free = 0.0
             stage_buckets: list[BucketComm] = []
-            if dpc.grad_kind and not dpc.per_layer and ready:
+            # the dense gradients over the data- and context-parallel group; under expert parallelism the
+            # experts' in buckets of their own (Megatron's DDP keeps separate expert-parallel buffers) over
+            # the expert data-parallel group, tp x ep apart
+            passes = [(dpc, [(t, nb) for t, nb, e in ready if not e], group_size, group)]
+            if lay.ep > 1:
+                elay = self.expert_layout()
+                edp = elay.dp
+                passes.append((dp_collectives(elay, 0.0), [(t, nb) for t, nb, e in ready if e], edp,
+                               group_topology(self.topology, edp, lay.tp * lay.ep)))
+            for kinds, rd, gsize, gtopo in passes:
+                if not (kinds.grad_kind and not kinds.per_layer and rd):
+                    continue
                 groups: list[list[tuple[float, float]]] = [[]]
                 size = 0.0
-                for t, nb in ready:
+                for t, nb in rd:
                     if groups[-1] and size + nb > cap:
                         groups.append([])
                         size = 0.0
                     groups[-1].append((t, nb))
                     size += nb
-                for i, g in enumerate(groups):
+                for g in groups:
                     nb = sum(b for _, b in g)
                     rdy = max(t for t, _ in g) if lay.overlap_grad_reduce else last_b
-                    tcomm = plan.collective_us(dpc.grad_kind, nb, group_size, group)
+                    tcomm = plan.collective_us(kinds.grad_kind, nb, gsize, gtopo)
                     start = max(rdy, free)
-                    stage_buckets.append(BucketComm(i, nb, rdy, start, tcomm, s, dpc.grad_kind))
+                    stage_buckets.append(BucketComm(len(stage_buckets), nb, rdy, start, tcomm, s, kinds.grad_kind))
                     free = start + tcomm
+            stage_buckets.sort(key=lambda b: b.start_us)
             grads_done = max(last_b, stage_buckets[-1].end_us if stage_buckets else 0.0)
             exposed = grads_done - last_b
             # the optimizer over the stage's trained parameters (its shard)
             trained = self._stage_trained(cs, s)
-            n_opt = max(1, int(trained // lay.shards_optimizer)) if trained else 0
+            experts = self._stage_experts(cs, s)[1]
+            n_opt = max(1, int((trained - experts) // lay.shards_optimizer
+                               + experts // self.expert_layout().shards_optimizer)) if trained else 0
             opt_specs = self.optimizer_specs(n_opt) if n_opt else []
             stream = Stream(plan.stack, grads_done)
             for label, spec in opt_specs:
@@ -418,9 +459,11 @@ class _Composer:
         static = peak - memory["activations"] - memory["workspace"]
         largest = int((self.chip.hbm_bytes - static) // per_sample) if per_sample > 0 else 0
         kernels += [replace(k, start_us=k.start_us) for k in kept_kernels_opt]
-        tp_comm = sum(u.time_us for u in self.fu_all() if u.collective) + \
-            sum(u.time_us for u in self.bu_all() if u.collective)
+        tp_comm = sum(u.time_us for u in self.fu_all() if u.collective and not u.ep) + \
+            sum(u.time_us for u in self.bu_all() if u.collective and not u.ep)
         tp_comm_us = tp_comm * self._layers_of(cs, busiest) if self.n_captured else 0.0
+        ep_comm = sum(u.time_us for u in self.fu_all() + self.bu_all() if u.ep)
+        ep_comm_us = ep_comm * self._layers_of(cs, busiest) if self.n_captured else 0.0
         notes = self.notes_for(cs, sched, rec, busiest, stages)
         return TrainReport(
             **report_base, grad_accum=m, forward_ms=sum(fwd[busiest]) / 1e3, backward_ms=sum(bwd[busiest]) / 1e3,
@@ -429,7 +472,7 @@ class _Composer:
             largest_batch=largest, tp=lay.tp, tp_comm_ms=tp_comm_us / 1e3,
             host_idle_ms=getattr(self, "host_idle_us", 0.0) / 1e3 * m, layout=lay,
             bubble_ms=max(sched.bubble_us(s) for s in range(pp)) / 1e3 if pp > 1 else 0.0,
-            param_gather_ms=gather_ms, cp_comm_ms=(cp_f + cp_b) / 1e3, stages=stages, schedule=sched,
+            param_gather_ms=gather_ms, cp_comm_ms=(cp_f + cp_b) / 1e3, ep_comm_ms=ep_comm_us / 1e3, stages=stages, schedule=sched,
             kernels=kernels, buckets=buckets, unmapped_ops=dict(self.unmapped), notes=notes)
 
     def fu_all(self) -> list[Unit]:
@@ -444,6 +487,12 @@ class _Composer:
 
     def _stage_trained(self, cs: list[Chunk], s: int) -> int:
         return sum(self.params_trained.get(seg, 0) for c in cs if c.stage == s for seg in self.segments(c))
+
+    def _stage_experts(self, cs: list[Chunk], s: int) -> tuple[int, int]:
+        """The stage's expert parameters on one card, and of those the trained ones."""
+        total, trained = self.plan.experts_by_segment()
+        segs = [seg for c in cs if c.stage == s for seg in self.segments(c)]
+        return sum(total.get(g, 0) for g in segs), sum(trained.get(g, 0) for g in segs)
 
     def _stage_params(self, cs: list[Chunk], s: int) -> int:
         return sum(self.params_total.get(seg, 0) for c in cs if c.stage == s for seg in self.segments(c))
@@ -506,8 +555,14 @@ class _Composer:
         """HBM of one rank of stage ``s`` (see the module docstring)."""
         lay, plan, x = self.layout, self.plan, self.x
         mine = [c for c in cs if c.stage == s]
-        state = state_bytes(self._stage_params(cs, s), self._stage_trained(cs, s), plan.policy, lay,
-                            OPTIMIZERS[x.optimizer][3], x.fp32_grads)
+        e_total, e_trained = self._stage_experts(cs, s)
+        dense = state_bytes(self._stage_params(cs, s) - e_total, self._stage_trained(cs, s) - e_trained,
+                            plan.policy, lay, OPTIMIZERS[x.optimizer][3], x.fp32_grads)
+        # the experts (their E / ep share on this card) sharded over the expert data-parallel group
+        ex = state_bytes(e_total, e_trained, plan.policy, self.expert_layout(), OPTIMIZERS[x.optimizer][3],
+                         x.fp32_grads)
+        state = StateBytes(*(getattr(dense, f) + getattr(ex, f) for f in ("weights", "master", "gradients",
+                                                                          "optimizer")))
         out = state.as_dict(plan.policy.master_weights)
         per_chunk = [0.0] * lay.vpp
         back = 0.0
@@ -528,6 +583,8 @@ class _Composer:
             buffers += 4 * plan.tokens * (plan.hidden or 0) * plan.act / (lay.tp if lay.sequence_parallel else 1)
         if lay.tp > 1 and lay.sequence_parallel and plan.hidden:   # the all-gathered full-sequence hidden state
             buffers += plan.tokens * plan.hidden * plan.act
+        if lay.ep > 1 and plan.moe.is_moe:   # the all-to-all's send and receive buffers of one MoE layer's rows
+            buffers += 2 * max(u.nbytes for u in (plan.ep_alltoall(g) for g in plan.moe_segments()))
         if buffers:
             out["communication buffers"] = int(buffers)
         return out
@@ -577,6 +634,20 @@ class _Composer:
             kind = f"interleaved 1F1B ({lay.vpp} chunks per stage)" if lay.vpp > 1 else "1F1B"
             notes.append(f"pipeline of {lay.pp} stages, {kind}, {lay.micro_batches} micro-batches: the busiest "
                          f"stage idles {sched.bubble_fraction:.1%} of the pipeline's span (bubble)")
+        if lay.ep > 1 and plan.moe.is_moe:
+            edp = self.expert_layout().dp
+            held = self._stage_experts(cs, 0)[0]
+            notes.append(f"expert parallelism over {lay.ep} ranks: each card holds {plan.moe.experts // lay.ep} of the "
+                         f"{plan.moe.experts} experts of each MoE layer ({held / 1e6:,.1f} M expert parameters per card"
+                         f"{' of the first stage' if lay.pp > 1 else ''}: their weights, gradients and optimizer state divided by "
+                         f"{lay.ep}) and computes the routed rows of its experts, routing assumed balanced; "
+                         "2 all-to-alls per MoE layer in the forward (dispatch, combine) and 2 in the backward, on "
+                         f"the critical path (not overlapped: MindSpeed's --moe-alltoall-overlap-comm is not modelled); "
+                         f"the experts' gradients reduced over the expert data-parallel group of {edp} rank"
+                         f"{'s' if edp != 1 else ''} (dp x cp / ep)")
+        elif plan.moe.is_moe:
+            notes.append(f"mixture of experts: {plan.moe.experts} experts per MoE layer, top-{plan.moe.top_k}; "
+                         "routing assumed balanced (the grouped matmuls' rows spread evenly over the experts)")
         if lay.cp > 1:
             notes.append(f"context parallelism over {lay.cp} ranks: each keeps {plan.step.tokens} of the sequence's "
                          "tokens and runs ring attention, passing keys and values around the ring")

@@ -9,7 +9,8 @@ transformers config and the layout and options `simulate_step` takes. Arguments 
   ``--group-query-attention`` with ``--num-query-groups``, ``--seq-length``,
   ``--max-position-embeddings``, ``--swiglu``, ``--normalization``, ``--position-embedding-type``,
   ``--untie-embeddings-and-output-weights``, ``--disable-bias-linear``, ``--num-experts`` with
-  ``--moe-router-topk``, the vocabulary (``--vocab-size``, ``--padded-vocab-size``, else the
+  ``--moe-router-topk`` (the experts always run as GroupedMatmul kernels, ``--moe-grouped-gemm``'s
+  path; `pypto_lab.train.moe`), the vocabulary (``--vocab-size``, ``--padded-vocab-size``, else the
   tokenizer's: Llama-2's 32,000, GPT-2's 50,257), padded as Megatron pads it (``_vocab_size_with_padding``:
   a multiple of ``--make-vocab-size-divisible-by`` (128) x tensor-parallel size);
 * layout: ``--tensor-model-parallel-size``, ``--pipeline-model-parallel-size``,
@@ -45,10 +46,11 @@ _FLAGS = {"--no-gradient-accumulation-fusion", "--sequence-parallel", "--use-dis
           "--bf16", "--fp16", "--use-flash-attn", "--use-fused-rmsnorm", "--use-fused-swiglu",
           "--use-fused-rotary-pos-emb", "--use-mc2", "--swiglu", "--untie-embeddings-and-output-weights",
           "--disable-bias-linear", "--group-query-attention", "--checkpoint-activations", "--recompute-activations",
-          "--use-mcore-models", "--deepspeed", "--deepspeed-activation-checkpointing", "--add-qkv-bias"}
+          "--use-mcore-models", "--deepspeed", "--deepspeed-activation-checkpointing", "--add-qkv-bias",
+          "--moe-grouped-gemm"}
 # arguments that change the cost but are not modelled: reported, never silently dropped
 _NOT_MODELLED = {"--swap-attention", "--reuse-fp32-param", "--use-fused-ring-attention-update", "--cpu-offload",
-                 "--noop-layers", "--num-layer-list", "--moe-grouped-gemm", "--use-ascend-coc"}
+                 "--noop-layers", "--num-layer-list", "--use-ascend-coc", "--moe-alltoall-overlap-comm"}
 TOKENIZER_VOCAB = {"Llama2Tokenizer": 32000, "GPT2BPETokenizer": 50257}
 
 

@@ -145,7 +145,9 @@ def layout_of(cards: int | None, tp: int = 1, pp: int = 1, dp: int | None = None
                           f"micro_batches={max(pp, micro_batches // pp * pp)}")
     if ep > 1 and (dp * cp) % ep:
         raise LayoutError(f"ep = {ep} with dp x cp = {dp * cp}: expert-parallel ranks are carved out of the data "
-                          f"(and context) parallel ranks. Fix: ep dividing {dp * cp}")
+                          f"(and context) parallel ranks, so ep divides dp x cp (Megatron-Core's expert data-parallel "
+                          f"group is dp x cp / ep ranks). Fix: ep in "
+                          f"{[d for d in range(1, dp * cp + 1) if (dp * cp) % d == 0]}, or more cards")
     if sequence_parallel and tp == 1:
         sequence_parallel = False
     return Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batches=micro_batches, zero=zero,

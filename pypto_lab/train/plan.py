@@ -41,6 +41,8 @@ from ..lowering.fusion import VECTOR_CHAINS, fuse_vector_chains
 from ..lowering.table import lower_fx_node
 from ..stack import DEFAULT_TRAIN_STACK, Stack, get_stack
 from .capture import JointChains, StepGraph, block_names, forward_blocks, tensor_of
+from .moe import GROUPED, MoeGraph, grouped_dims, local_experts
+from .parallel import group_topology
 from .policy import Policy
 from .qat import fake_quant_kernels
 
@@ -64,6 +66,7 @@ class Unit:
     grads: tuple[str, ...] = ()
     attention: bool = False
     sync: bool = False          # a host sync: the host waits for the device, then reads a value back
+    ep: bool = False            # an expert-parallel all-to-all (dispatch or combine of a MoE layer)
 
     @property
     def time_us(self) -> float:
@@ -117,9 +120,11 @@ class StepPlan:
     mc2: bool = False
     stack: Stack = field(default_factory=lambda: get_stack(DEFAULT_TRAIN_STACK))
     strategy: str = "exact"              # how kernels other than GEMMs are costed (`tuned`)
+    ep: int = 1                          # expert-parallel ranks (`pypto_lab.train.moe`)
 
     def __post_init__(self):
         step = self.step
+        self.moe = MoeGraph.of(step)
         self.chains = JointChains(step) if self.fuse_vector else None
         self.blocks = forward_blocks(step)
         self.param_blocks = block_names(list(step.params))
@@ -347,6 +352,8 @@ class StepPlan:
                         for s in b]
             if self.tp > 1 and self.block_order:
                 fwd, bwd = self._with_tp_collectives(fwd, "forward"), self._with_tp_collectives(bwd, "backward")
+            if self.ep > 1 and self.moe.is_moe:
+                fwd, bwd = self._with_ep_alltoalls(fwd, "forward"), self._with_ep_alltoalls(bwd, "backward")
             if self.step.host_syncs:   # values the forward reads back (`capture.scalar_reads`), at its start
                 spec = HostKernel(op="aten._local_scalar_dense", bytes_in=8, bytes_out=0)
                 kc = cost(spec, self.chip)
@@ -362,6 +369,10 @@ class StepPlan:
             specs, mapped = lower_node(node, chip, policy)
             if not mapped:
                 unmapped[str(node.target)] = unmapped.get(str(node.target), 0) + 1
+            if node in self.moe.role:   # a MoE layer's routing op, named for the CANN MoE kernel doing its work
+                specs = [replace(sp, op=self.moe.role[node]) if isinstance(sp, VectorKernel) else sp for sp in specs]
+            if node in self.moe.grouped and self.ep > 1:
+                specs = self.expert_share(node, specs)
             fused = self.flash_specs(node, specs, phase)
             if fused is not None:
                 specs = fused
@@ -395,6 +406,62 @@ class StepPlan:
                 if out:
                     out[-1] = replace(out[-1], grads=out[-1].grads + grads)
         return out
+
+    # ---- expert parallelism ----
+    def expert_share(self, node, specs: list[KernelSpec]) -> list[KernelSpec]:
+        """A grouped matmul's kernels on one of ``ep`` expert-parallel cards: the same routed rows
+        (balanced routing: the all-to-all brings as many rows as the card sent away), over its
+        ``E / ep`` experts (forward; backward: the input gradient, then the weight gradient)."""
+        x, w = tensor_of(node.args[0]), tensor_of(node.args[1])
+        if x is None or w is None or w.dim() != 3:
+            return specs
+        rows, (experts, k, n) = int(x.shape[0]), tuple(int(d) for d in w.shape)
+        busy, per = grouped_dims(rows, local_experts(experts, self.ep))
+        cube = [i for i, sp in enumerate(specs) if isinstance(sp, CubeKernel)]
+        out = list(specs)
+        if str(node.target) in GROUPED:
+            for i in cube:
+                out[i] = replace(out[i], batch=busy, m=per)
+        elif len(cube) == 2:
+            out[cube[0]] = replace(out[cube[0]], batch=busy, m=per, k=n, n=k)
+            out[cube[1]] = replace(out[cube[1]], batch=busy, m=k, k=per, n=n)
+        return out
+
+    def moe_segments(self) -> list[int]:
+        """The segments holding a MoE layer (a forward grouped matmul)."""
+        return sorted({self.fseg[n] for n in self.step.forward if str(n.target) in GROUPED and n in self.fseg})
+
+    def ep_alltoall(self, seg: int) -> CollectiveKernel:
+        """One all-to-all of MoE segment ``seg``'s routed rows (tokens x top-k rows of the hidden
+        size, the input of its first grouped matmul) over the ``ep`` ranks ``tp`` apart."""
+        first = next(n for n in self.step.forward if str(n.target) in GROUPED and self.fseg.get(n) == seg)
+        x = tensor_of(first.args[0])
+        nbytes = int(x.shape[0] * x.shape[-1] * self.act)
+        return CollectiveKernel("alltoall", nbytes, self.ep, group_topology(self.topology, self.ep, self.tp))
+
+    def _with_ep_alltoalls(self, units: list[Unit], phase: str) -> list[Unit]:
+        """Each MoE segment's two all-to-alls in ``phase``: the routed rows (their gradients in the
+        backward) sent to the cards holding their experts before the segment's first grouped
+        matmul, and the results sent back after its last; on the stream, so on the critical path."""
+        gmm: dict[int, list[int]] = {}
+        for i, u in enumerate(units):
+            if isinstance(u.spec, CubeKernel) and u.spec.op == "GroupedMatmul" and 0 <= u.seg < self.post:
+                gmm.setdefault(u.seg, []).append(i)
+        before = {idx[0]: s for s, idx in gmm.items()}
+        after = {idx[-1]: s for s, idx in gmm.items()}
+        out: list[Unit] = []
+        for i, u in enumerate(units):
+            if i in before:
+                out.append(self._ep_unit(before[i], phase, "dispatch" if phase == "forward" else "combine's gradient"))
+            out.append(u)
+            if i in after:
+                out.append(self._ep_unit(after[i], phase, "combine" if phase == "forward" else "dispatch's gradient"))
+        return out
+
+    def _ep_unit(self, seg: int, phase: str, what: str) -> Unit:
+        spec = self.ep_alltoall(seg)
+        return Unit(f"EP alltoall ({what}) {phase} block {seg}", phase, spec, cost(spec, self.chip), seg,
+                    collective=True, ep=True)
 
     def _with_tp_collectives(self, units: list[Unit], phase: str) -> list[Unit]:
         """Two tensor-parallel collectives per block in ``phase``, placed after the block's last
@@ -477,6 +544,28 @@ class StepPlan:
         for p, n in self.step.params.items():
             t = tensor_of(n)
             k = t.numel() // (self.tp if self.tp > 1 and p in self.split_params else 1)
+            if p in self.moe.expert_params:   # one expert-parallel card holds E / ep of the experts
+                k //= self.ep
+            s = self.pseg[p]
+            total[s] = total.get(s, 0) + k
+            if p in self.step.grads:
+                trained[s] = trained.get(s, 0) + k
+        return total, trained
+
+    def experts_by_segment(self) -> tuple[dict[int, int], dict[int, int]]:
+        """Per segment: the expert parameters one card holds (their share under ``ep``), and of
+        those the trained ones (a subset of `params_by_segment`'s; computed once per plan)."""
+        memo = self.__dict__.get("_experts_memo")
+        if memo is None:
+            memo = self.__dict__["_experts_memo"] = self._experts_by_segment()
+        return memo
+
+    def _experts_by_segment(self) -> tuple[dict[int, int], dict[int, int]]:
+        total: dict[int, int] = {}
+        trained: dict[int, int] = {}
+        for p in self.moe.expert_params:
+            t = tensor_of(self.step.params[p])
+            k = t.numel() // (self.tp if self.tp > 1 and p in self.split_params else 1) // self.ep
             s = self.pseg[p]
             total[s] = total.get(s, 0) + k
             if p in self.step.grads:

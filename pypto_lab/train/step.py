@@ -383,7 +383,14 @@ def prepare_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", c
         head_dim=head_dim, recompute_method=recompute_method,
         accumulate="none" if grad_accumulation_fusion else ("every" if megatron else "after-first"),
         tokens_per_sample=full_tokens if full_tokens is not None else step.tokens)
-    prep.plan_for(layout)
+    plan = prep.plan_for(layout)
+    if ep > 1:
+        experts = plan.moe.experts
+        _check("ep", ep, experts > 0, "expert parallelism splits a mixture of experts' experts over ranks: the model "
+               "has no MoE layer (no grouped matmul over experts in its step)", "ep=1 for this model")
+        _check("ep", ep, experts % ep == 0, f"expert parallelism gives every rank the same number of the model's "
+               f"{experts} experts: ep must divide {experts}",
+               f"ep in {[d for d in range(1, experts + 1) if experts % d == 0 and (layout.dp * layout.cp) % d == 0]}")
     n_layers = prep.layers
     if pp > 1:
         _check("pp", pp, n_layers >= pp * layout.vpp, f"pipeline stages split the model's repeated blocks "
@@ -424,14 +431,14 @@ class Prepared:
     plans: dict = field(default_factory=dict, repr=False)
 
     def plan_for(self, lay: Layout) -> StepPlan:
-        key = (lay.tp, lay.sequence_parallel, self.mc2 and lay.tp > 1)
+        key = (lay.tp, lay.sequence_parallel, self.mc2 and lay.tp > 1, lay.ep)
         if key not in self.plans:
             self.plans[key] = StepPlan(
                 step=self.step, name=self.name, chip=self.chip, tp=lay.tp, hidden=self.hidden,
                 topology=self.topology, policy=self.policy, flash=self.flash, causal=self.causal,
                 sequence_parallel=lay.sequence_parallel, vocab=self.vocab if lay.tp > 1 else None,
                 fuse_vector=self.fuse_vector, mc2=self.mc2 and lay.tp > 1, stack=self.stack,
-                strategy=self.strategy)
+                strategy=self.strategy, ep=lay.ep)
         return self.plans[key]
 
     @property

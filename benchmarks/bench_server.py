@@ -88,6 +88,8 @@ def aiperf(srv: TwinServer, load: list[str], args, out: Path) -> Path:
            "--extra-inputs", "ignore_eos:true", *load, "--request-count", str(args.requests),
            "--random-seed", "1", "--ui", "none", "--wait-for-model-timeout", "0",
            "--export-level", "raw", "--artifact-dir", str(out)]
+    if not args.aiperf_server_metrics:      # as guidellm: nothing but the benchmark's requests reaches the twin
+        cmd.append("--no-server-metrics")
     # aiperf 0.13 in offline mode looks a local tokenizer folder up as a hub snapshot and fails;
     # online it loads the folder directly (no download: the tokenizer is the package's files)
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
@@ -178,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the benchmark client (default guidellm)")
     ap.add_argument("--aiperf", default="aiperf",
                     help="the aiperf executable (default: aiperf on PATH; it lives in a venv of its own)")
+    ap.add_argument("--aiperf-server-metrics", action="store_true",
+                    help="let aiperf scrape the twin's /metrics during the run (its default; off here)")
     ap.add_argument("--json", help="also write the rows as JSON")
     args = ap.parse_args(argv)
     rows = []

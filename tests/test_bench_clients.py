@@ -76,7 +76,8 @@ def test_guidellm_requests_give_ttft_and_itl_per_request(bench):
 
 
 def test_a_missing_aiperf_executable_says_how_to_install_it(bench, tmp_path):
-    args = SimpleNamespace(aiperf=str(tmp_path / "no-such-aiperf"), prompt=8, output=4, requests=2)
+    args = SimpleNamespace(aiperf=str(tmp_path / "no-such-aiperf"), prompt=8, output=4, requests=2,
+                           aiperf_server_metrics=False)
     srv = SimpleNamespace(model="m", url="http://127.0.0.1:9")
     with pytest.raises(RuntimeError, match="venv of its own"):
         bench.aiperf(srv, ["--concurrency", "1"], args, tmp_path / "out")

@@ -54,8 +54,8 @@ def test_seed_example_registers_and_runs():
 
 
 @custom_op()
-def co_sorted(x):
-    return torch.sort(x, dim=-1).values
+def co_qr(x):
+    return torch.linalg.qr(x).Q   # a QR factorisation: no Vector operator does it
 
 
 def test_op_without_a_declared_cost_is_costed_from_its_reference():
@@ -68,8 +68,8 @@ def test_op_without_a_declared_cost_is_costed_from_its_reference():
 
 
 def test_op_without_cost_and_an_untraceable_reference_is_a_clear_error():
-    with pytest.raises(CustomOpError, match="custom op 'co_sorted' has no cost.*flops=.*bytes=.*cost=.*sort"):
-        pypto_lab.optimize(_Uses(co_sorted), torch.randn(4, 8), chip="Ascend910B1", level=1)
+    with pytest.raises(CustomOpError, match="custom op 'co_qr' has no cost.*flops=.*bytes=.*cost=.*linalg_qr"):
+        pypto_lab.optimize(_Uses(co_qr), torch.randn(8, 8), chip="Ascend910B1", level=1)
 
 
 def test_vector_op_is_simulated_not_a_fallback():

@@ -1,7 +1,7 @@
 """Generates notebooks/08_zero_day_llm.ipynb (run: .venv/bin/python notebooks/_build/08_zero_day_llm.py).
 
 Part 1 (this file's cells down to PART2_CELLS): a new MoE architecture on the simulated Ascend the
-day it appears: optimize, its CPU fallbacks, the router written as a pto kernel, plugged in with
+day it appears: optimize, how its router runs as a chain of small kernels, the router written as a pto kernel, plugged in with
 custom_op, the report before and after. Part 2 goes in PART2_CELLS at the end (prefill and decode,
 serving, HBM); the generator appends it after part 1. Part 3 (after PART2_CELLS): DeepSeek-V3.2,
 Qwen3-Next and GLM-4.5 decoding with their own pto kernels plugged into the engine's step.
@@ -24,12 +24,12 @@ them in Python instead of waiting for them.
 This notebook replays that day on the simulator, with a small model that is new in the same way as
 Ling is, `pypto_lab.llm.ling_like`:
 
-1. run the new model through `pypto_lab.optimize` and find what the NPU cannot run yet (the report
-   names the **CPU fallbacks**);
-2. write the missing piece, its **group-limited top-k router**, as a `pypto_lab.pto` kernel and check
-   it against torch;
-3. plug it in with `custom_op(npu_func=kernel)` and read the report again: the fallbacks are gone,
-   the router is one kernel whose time is its own simulation, and the model's time follows;
+1. run the new model through `pypto_lab.optimize` and read how the NPU runs it: its new piece, a
+   **group-limited top-k router**, becomes a chain of a dozen small kernels per layer (an op the
+   lowering table did not know would be named as a **CPU fallback**);
+2. write the router as one `pypto_lab.pto` kernel and check it against torch;
+3. plug it in with `custom_op(npu_func=kernel)` and read the report again: the router is one kernel
+   whose time is its own simulation, and the model's time follows;
 4. tune the kernel the way you would on day 1, and check that the model still computes what it
    computed before.
 
@@ -112,11 +112,11 @@ for t in range(4):
 
 # ---------------------------------------------------------------- optimize
 md("""
-## 2 · Day 0: optimize the new model, read its fallbacks
+## 2 · Day 0: optimize the new model, read its kernels
 
 `optimize` captures the model, maps each ATen op to an NPU kernel from its lowering table and
 costs every kernel on the chip. An op the table does not know **falls back to the CPU**: it runs
-on the host, and the report lists it.
+on the host, and the report lists it. This model has none:
 """)
 
 code("""
@@ -134,10 +134,10 @@ for k in before.kernels:
 """)
 
 md("""
-Everything else maps (attention to a fused FlashAttention kernel, the experts to batched matmuls,
-QK-norm and RMSNorm to Vector kernels), but both **top-k's of the router** (the best groups, then
-the best experts) of every layer run on the host. Around them the router is a chain of small
-kernels (sigmoid, add, max over groups, fill, scatter, select, gather, sum, divide), each a
+Everything maps (attention to a fused FlashAttention kernel, the experts to batched matmuls,
+QK-norm and RMSNorm to Vector kernels, both **top-k's of the router** — the best groups, then the
+best experts — to CANN's TopKV2). But the router, written in torch, is a chain of small kernels
+(sigmoid, add, max over groups, top-k, fill, scatter, select, top-k, gather, sum, divide), each a
 separate launch that writes its result to GM for the next:
 """)
 
@@ -247,10 +247,10 @@ print(f"model: {before.latency_us:.1f} us -> {after.latency_us:.1f} us, "
 """)
 
 md("""
-The fallbacks are gone and the router is one kernel per layer, whose report entry is the kernel's
-own simulated run at the model's shapes in bf16 (the same cycles as the run by hand above). Whether
-the model got faster is the simulator's answer, not ours: one chain of 14 one-core steps against a
-dozen small launches and two host top-k's. Day 0 is about running correctly on the NPU; day 1
+The router is one kernel per layer, whose report entry is the kernel's own simulated run at the
+model's shapes in bf16 (the same cycles as the run by hand above). Whether the model got faster is
+the simulator's answer, not ours: one chain of 14 one-core steps against a dozen small launches
+with their round trips through GM. Day 0 is about running correctly on the NPU; day 1
 is tuning.
 """)
 
@@ -276,7 +276,8 @@ for rows in (None, 16, 8, 4):
 best_rows = min(sweep, key=lambda r: sweep[r][1].latency_us)
 tuned_kernel, tuned = sweep[best_rows]
 use_pto_gating(model, tuned_kernel)
-print(f"fastest: {best_rows or T} rows per tile; model {before.latency_us:.1f} us (torch router, CPU top-k) "
+print(f"fastest: {best_rows or T} rows per tile; model {before.latency_us:.1f} us (torch router, "
+      f"{len(router_kernels(before))} kernels) "
       f"-> {after.latency_us:.1f} us (pto, one tile) -> {tuned.latency_us:.1f} us (pto, tuned)")
 """)
 
@@ -284,12 +285,8 @@ md("""
 The slowest kernels of the three reports side by side (the router's kernels in orange), and on the
 right the router of layer 0 as a whole: the sum of its kernels' simulated times.
 
-Read the fallbacks' figures with the cost model in mind: the simulator charges a CPU fallback only
-its bytes over the host link (PCIe), and nothing for the launch, the synchronisation or the CPU's
-own work (`pypto_lab/kernels/host.py`). The two host top-k's of 64 × 16 values therefore cost
-fractions of a microsecond here, which understates what a fallback costs a real card. What the pto
-kernel removes in these figures is the dozen launches around them, and the tuning shortens each
-step of its chain:
+What the pto kernel removes in these figures is the dozen launches and the GM round trips
+between the router's steps; the tuning shortens each step of its chain:
 """)
 
 code("""
@@ -300,7 +297,7 @@ def label(k):
     op, where = k.name.split(":")[0], k.name.split(":")[-1].removeprefix("layers.")
     return ("router (pto)" if op == gating_op_name(cfg) else op) + " · " + where
 
-reports = {"torch router (CPU top-k)": before, "pto router, one tile": after,
+reports = {"torch router": before, "pto router, one tile": after,
            f"pto router, {best_rows or T} rows per tile": tuned}
 fig, axes = plt.subplots(1, 4, figsize=(17, 3.6), gridspec_kw={"width_ratios": [3, 3, 3, 2]})
 for ax, (title, rep) in zip(axes, reports.items()):
@@ -364,11 +361,11 @@ print(f"max |logit difference| in fp32: {float((out_pto - out_plain).abs().max()
 md("""
 ## Part 1 in short
 
-* A new architecture ran through `optimize` unchanged; the report named what the NPU could not run:
-  the router's top-k's.
+* A new architecture ran through `optimize` unchanged; the report showed its new router as a chain
+  of a dozen small kernels per layer.
 * The router became one `pypto_lab.pto` kernel, checked against torch, and `custom_op(npu_func=...)`
-  made it a model component: no CPU fallback left, its report entry is its own simulation, and the
-  model's latency follows the kernel's.
+  made it a model component: its report entry is its own simulation, and the model's latency
+  follows the kernel's.
 * Tuning the kernel is one argument, and the model's figure answers.
 """)
 

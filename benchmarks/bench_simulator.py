@@ -107,7 +107,7 @@ def timed_call(label: str, fn, repeats: int) -> None:
 def resnet50_optimize(repeats: int) -> None:
     from pypto_lab import optimize
     from pypto_lab.capture import capture
-    from pypto_lab.kernels import cost as model_cost
+    from pypto_lab.kernels.cost import clear_memo
     from pypto_lab.models.zoo import resnet50
 
     model, inputs = resnet50(batch=24)
@@ -116,7 +116,7 @@ def resnet50_optimize(repeats: int) -> None:
         optimize(model, inputs, chip=chip, level=3)  # warm the JIT and the capture cache
         times = []
         for _ in range(repeats):
-            model_cost._MEMO.clear()  # no kernel of this chip costed yet
+            clear_memo()  # no kernel of this chip costed yet
             t = time.perf_counter()
             optimize(model, inputs, chip=chip, level=3)
             times.append(time.perf_counter() - t)

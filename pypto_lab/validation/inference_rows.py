@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from ..compiler.optimize import optimize
 from ..llm.validation import hinted
-from ..stack import DEFAULT_STACK, list_stacks
+from ..stack import DEFAULT_STACK
 from .compare import Comparison
 from .validate import BUILDERS, LEVELS, Row, ValidationError, published_rows
 
@@ -28,13 +28,9 @@ def regime_of(row: Row) -> str:
     return "CNN, batch <= 8" if row.batch <= SMALL_BATCH else "CNN, batch > 8"
 
 
-def stack_of(row: Row) -> tuple[str, tuple[str, ...]]:
-    """The stack a row runs on, and a note when the row's own stack has no preset here."""
-    if "TorchAIE" not in row.source:
-        return DEFAULT_STACK, ()
-    if TORCHAIE_STACK in list_stacks():
-        return TORCHAIE_STACK, ()
-    return DEFAULT_STACK, ("measured with TorchAIE (torch_aie.compile); run here on atc-om: no torchaie preset",)
+def stack_of(row: Row) -> str:
+    """The stack that produced a row's figure: its source path names TorchAIE, or ATC's offline model."""
+    return TORCHAIE_STACK if "TorchAIE" in row.source else DEFAULT_STACK
 
 
 def check_inference_arguments(chip: str | None, level: int) -> list[Row]:
@@ -54,7 +50,7 @@ def inference_set(chip: str | None = None, level: int = 3,
     rows = check_inference_arguments(chip, level)
     out = []
     for r in rows:
-        stack, notes = stack_of(r)
+        stack = stack_of(r)
         model, inputs = BUILDERS[r.key](r.batch, r.resolution, r.seq)
         rep = optimize(model, inputs, chip=r.chip, level=level, precision="fp16", stack=stack).report()
         simulated = r.batch * 1e6 / rep.latency_us
@@ -62,7 +58,7 @@ def inference_set(chip: str | None = None, level: int = 3,
         out.append(Comparison(set="inference", regime=regime_of(r), model=r.key, setup=f"{r.chip} b{r.batch} {size}",
                               stack=stack, metric="throughput", unit="/s", published=r.published, source=r.source,
                               row=r.model[:40], simulated=simulated,
-                              mechanisms=notes + tuple(getattr(rep, "mechanisms", ()) or ())))
+                              mechanisms=tuple(getattr(rep, "mechanisms", ()) or ())))
         if tick:
             tick()
     return out, []

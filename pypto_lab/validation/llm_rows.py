@@ -20,22 +20,19 @@ fitted to these rows (`fit_aicpu_tiling`, by ``scripts/derive_stack_constants.py
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import re
 import statistics
 from collections.abc import Callable, Iterable
-from pathlib import Path
 
-from ..files.paths import DATASETS_DIR
-from ..hw.chip import Chip, get_chip
+from ..hw.chip import get_chip
 from ..kernels.cost import cost
 from ..kernels.ir import CubeKernel
 from ..llm import simulate_generation
+from ..llm.serving_validation import DATA, atlas_800i_a2, read_rows  # the one reader of the LLM figures
 from ..stack import Launch, Stack, get_stack, run_in_order
 from .compare import Comparison, FittedConstant
 
-DATA = DATASETS_DIR / "llm_published" / "ascend_llm_figures.csv"
 MODELS = {"Llama-2-7B": "llama-2-7b", "Llama-2-70B": "llama-2-70b", "Llama-3-70B": "llama-3-70b",
           "Qwen2-7B": "qwen2-7b", "Qwen2-72B": "qwen2-72b", "ChatGLM3-6B": "chatglm3-6b",
           "Qwen3-30B-A3B": "qwen3-30b-a3b", "Qwen3-VL-8B-Instruct (text-only prompts)": "qwen3-8b"}
@@ -45,16 +42,6 @@ HELD_BACK = {"Llama-3-70B": "kept back from the torchair fit: a second 70B model
                            "(reduce-overhead, quantization)"}
 GRAPH_STACK, EAGER_STACK = "torchair-graph", "torch_npu-eager"
 FIT_SCRIPT = "scripts/derive_stack_constants.py"
-
-
-def atlas_800i_a2() -> Chip:
-    """The Ascend910B4 preset with the 64 GB HBM of the Atlas 800I A2's bin (its topology preset)."""
-    return dataclasses.replace(get_chip("Ascend910B4"), hbm_bytes=64 * 2 ** 30)
-
-
-def read_rows(path: Path = DATA) -> list[dict]:
-    with open(path, newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f))
 
 
 def _precision(text: str) -> tuple[str, str | None]:
@@ -183,7 +170,9 @@ def serving_rows(tick: Callable[[], None] | None = None) -> list[Comparison]:
     rate or closed loop, the row's lengths, requests, cards and stack), one simulation per distinct
     run; the rows it cannot express come back skipped, with the reason."""
     from ..llm import serving_validation as sv
-    todo, skipped = sv.plan(read_rows())
+    rows = read_rows()
+    by_id = {int(r["id"]): r for r in rows}
+    todo, skipped = sv.plan(rows)
     regimes = {"TTFT": "serving TTFT", "ITL": "serving ITL / TPOT", "throughput": "serving throughput"}
     reports, out = {}, []
     for row, run, assumed in todo:
@@ -198,7 +187,7 @@ def serving_rows(tick: Callable[[], None] | None = None) -> list[Comparison]:
                               source=row["source_url"], row=f"id {row['id']}", simulated=float(get(reports[run])),
                               mechanisms=(f"{run.load}, continuous batching",) + tuple(assumed)))
     for s in skipped:
-        row = next(r for r in read_rows() if int(r["id"]) == s["id"])
+        row = by_id[s["id"]]
         kind = sv.METRICS.get(row["metric"], ("TTFT",))[0]
         out.append(Comparison(set="serving", regime=regimes.get(kind, "serving TTFT"), model=row["model"],
                               setup=row["batch"], stack=row["framework"], metric=row["metric"], unit=row["unit"],

@@ -66,13 +66,15 @@ KV_IMPLS = {
     "in-place-full": "keys and values written into a cache preallocated for the whole generation; attention "
                      "reads the whole cache every step (no actual_seq_lengths)",
     # the cache grows by torch.cat every step (the whole cache read and written again), then keys and
-    # values are expanded to every query head and made contiguous, then permuted to BNSD and made
-    # contiguous again before attention (charged as one copy: `_concat_expand_copies`): THUDM's modeling_chatglm.py as torchair's ChatGLM3 port runs
-    # it (Ascend/torchair@770a4d54 npu_tuned_model/llm/chatglm/modeling_chatglm.py, SelfAttention.forward:
-    # torch.cat((cache_k, key_layer)), key_layer.expand(...).contiguous(); CoreAttention.forward:
-    # permute(1, 2, 0, 3) ... .contiguous() before npu_incre_flash_attention)
+    # values are expanded to every query head and made contiguous before attention (one copy:
+    # `_concat_expand_copies`): THUDM's modeling_chatglm.py as torchair's ChatGLM3 port runs it
+    # (Ascend/torchair@770a4d54 npu_tuned_model/llm/chatglm/modeling_chatglm.py, SelfAttention.forward:
+    # torch.cat((cache_k, key_layer)), key_layer.expand(...).contiguous()), with the README's last change
+    # applied, which its batch-size table was measured with (c7316848, 2024-09-29, "调整QKV的格式为BSND":
+    # the cache concatenated on the sequence axis of BSND tensors and the permute(...).contiguous()
+    # before npu_incre_flash_attention removed)
     "concat-expand": "cache grown by concatenation each step; keys and values copied out to every query head "
-                     "(BNSD) before attention",
+                     "before attention",
 }
 
 
@@ -307,10 +309,9 @@ def _concat_expand_copies(hw: Hardware, prefill, decode, ctx: int, heads: int, k
     """The copies of the ``concat-expand`` KV implementation (`KV_IMPLS`), per layer: the decode
     step's torch.cat of each sequence's cache (``ctx - 1`` cached tokens and the new one, keys and
     values) into a new cache of ``ctx`` tokens; then keys and values expanded to every query head
-    and laid out as BNSD for attention. The code writes the expansion twice (``expand(...)
-    .contiguous()``, then ``permute(...).contiguous()``); the graph compiler keeps one copy, since
-    the first one's only user is the second (an assumption: GE's passes are not public in this
-    detail), reading the ``kvh`` source heads and writing all ``heads``. A prefill chunk has no cache
+    (``expand(...).contiguous()``: one copy reading the ``kvh`` source heads and writing all
+    ``heads``; the BSND layout of the README's last version needs no permute after it, where the
+    modeling file's BNSD one made a second copy). A prefill chunk has no cache
     to concatenate yet: its keys and values are only expanded. The expansion is charged as a copy
     kernel moving the same bytes (``(read + written) / 2`` elements)."""
     ab, kvb, dt = hw.act_bytes, KV_DTYPES[hw.kv_dtype], hw.act_dtype

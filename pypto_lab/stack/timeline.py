@@ -13,6 +13,15 @@ adds no launch to it. A kernel run ``count`` times in a row (a layer's kernel ov
 layers) is placed in closed form: with ``u`` its device time plus launch and ``h`` the dispatch,
 the last run ends at ``max(F + c u, H + h + (c - 1) max(h, u) + u)`` (``F`` the device free, ``H``
 the host clock), the recurrence of placing them one by one.
+
+On an eager stack the model's own code runs on the host around the kernels: a kernel may carry
+``code_ops``, the operations of the code per run that the step's kernel list does not show one by
+one (views, reshapes, splits, no-op casts: no kernel; and the code's own small kernels the list
+shows fused), each costing the stack's ``host_op_us``, and ``code_dispatches``, how many of them
+launch a kernel (each also a ``dispatch_us``). They lengthen that kernel's host time per run
+(``h`` above); the device still runs only the listed kernel, so when the host is slower the device
+waits: the host-bound regime of an eager decode step. A graph stack runs no Python per operation:
+both are ignored there.
 """
 
 from __future__ import annotations
@@ -33,6 +42,8 @@ class Launch:
     count: int = 1
     collective: bool = False
     ifa_overhead: bool = False
+    code_ops: float = 0.0          # the model code's operations per run charged host_op_us (eager stacks)
+    code_dispatches: float = 0.0   # how many of them launch a kernel: each a dispatch_us as well
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,14 @@ def host_waits(stack: Stack) -> bool:
     return stack.runs == "eager" and not stack.host_device_overlap
 
 
+def code_host_us(stack: Stack, code_ops: float = 0.0, code_dispatches: float = 0.0) -> float:
+    """Host time per run of the model code's operations around a kernel (see the module docstring):
+    ``code_ops * host_op_us + code_dispatches * dispatch_us`` on an eager stack, 0 on any other."""
+    if stack.runs != "eager" or not (code_ops or code_dispatches):
+        return 0.0
+    return code_ops * stack.host_op_us + code_dispatches * stack.dispatch_us
+
+
 def launch_cost(stack: Stack, collective: bool, ifa_overhead: bool = False) -> float:
     """The stack's device-side launch of one kernel run (none for a collective: HCCL's is in its
     time), with the stack's per-run overhead of IncreFlashAttention over a preallocated cache."""
@@ -93,21 +112,25 @@ class Stream:
         self.placed: list[Placed] = []
         self.device = self.launched = 0.0
         self.dispatches = 0
+        self.code_host = 0.0                        # host time of the model code's own operations
 
     @property
     def now_us(self) -> float:
         """When the last kernel placed so far ends."""
         return self.free
 
-    def run(self, device_us: float, count: int = 1, collective: bool = False, ifa_overhead: bool = False) -> Placed:
+    def run(self, device_us: float, count: int = 1, collective: bool = False, ifa_overhead: bool = False,
+            code_ops: float = 0.0, code_dispatches: float = 0.0) -> Placed:
         """Place ``count`` runs of a kernel taking ``device_us`` each on the device (``ifa_overhead``:
-        the stack's per-run IncreFlashAttention overhead is charged on it)."""
+        the stack's per-run IncreFlashAttention overhead is charged on it; ``code_ops``,
+        ``code_dispatches``: the model code's host operations per run, `code_host_us`)."""
         c = int(count)
         if c <= 0:
             p = Placed(self.free, self.free, 0.0)
             self.placed.append(p)
             return p
-        stack, h = self.stack, self.stack.dispatch_us
+        extra = code_host_us(self.stack, code_ops, code_dispatches)
+        stack, h = self.stack, self.stack.dispatch_us + extra
         launch = launch_cost(stack, collective, ifa_overhead)
         u = device_us + launch
         if not host_waits(stack):
@@ -124,6 +147,7 @@ class Stream:
         self.device += c * device_us
         self.launched += c * launch
         self.dispatches += c
+        self.code_host += c * extra
         return p
 
     def wait(self, until_us: float) -> None:
@@ -133,14 +157,15 @@ class Stream:
 
     def timeline(self) -> StepTimeline:
         return StepTimeline(tuple(self.placed), self.free - self.start, self.device, self.launched,
-                            self.stack.step_host_us + self.dispatches * self.stack.dispatch_us, self.stack.name)
+                            self.stack.step_host_us + self.dispatches * self.stack.dispatch_us + self.code_host,
+                            self.stack.name)
 
 
 def run_in_order(kernels: Sequence[Launch], stack: Stack, start_us: float = 0.0) -> StepTimeline:
     """Place ``kernels`` one after another on one stream under ``stack`` (see the module docstring)."""
     stream = Stream(stack, start_us)
     for k in kernels:
-        stream.run(k.device_us, k.count, k.collective, k.ifa_overhead)
+        stream.run(k.device_us, k.count, k.collective, k.ifa_overhead, k.code_ops, k.code_dispatches)
     return stream.timeline()
 
 
@@ -163,4 +188,4 @@ class HostClock:
             self.t = max(self.t, end_us)
 
 
-__all__ = ["HostClock", "Launch", "Placed", "StepTimeline", "Stream", "launch_cost", "run_in_order"]
+__all__ = ["HostClock", "Launch", "Placed", "StepTimeline", "Stream", "code_host_us", "launch_cost", "run_in_order"]

@@ -73,3 +73,19 @@ def test_a_small_row_runs_end_to_end():
         assert r["chip_stated"] and r["stack"] == "vllm-ascend-aclgraph" and r["requests"] == 4
     assert set(result.summary()) == {"TTFT", "ITL"} and len(result.runs) == 1
     assert "not expressible (0 rows)" in result.table()
+
+
+def test_async_scheduling_follows_the_vllm_version():
+    assert express(ROWS[34])[0].async_scheduling              # vllm-ascend v0.18.0: on by default since v0.14.0
+    assert not express(ROWS[22])[0].async_scheduling          # v0.7.3
+    assert not express(ROWS[1])[0].async_scheduling           # main of 2025-07: no version, synchronous (assumed)
+    assert not express(_row(framework="vllm-ascend v0.13.0"))[0].async_scheduling
+    assert express(_row(framework="vllm-ascend v0.14.0"))[0].async_scheduling
+    run, assumed = express(_row(framework="vllm-ascend (version not in excerpt)"))
+    assert not run.async_scheduling and any("version not stated" in a for a in assumed)
+
+
+def test_an_overloaded_issue_report_is_listed_with_its_reason():
+    for i in (20, 21):   # Qwen3-8B at 10 req/s, 1024/2048 tokens: 0.02 req/s served
+        with pytest.raises(NotExpressible, match="overloaded server"):
+            express(ROWS[i])

@@ -13,6 +13,14 @@ adds no launch to it. A kernel run ``count`` times in a row (a layer's kernel ov
 layers) is placed in closed form: with ``u`` its device time plus launch and ``h`` the dispatch,
 the last run ends at ``max(F + c u, H + h + (c - 1) max(h, u) + u)`` (``F`` the device free, ``H``
 the host clock), the recurrence of placing them one by one.
+
+A graph cut at each attention layer (vLLM's PIECEWISE cudagraph mode, ``Stack.layer_host_us``):
+the kernel that opens a layer's attention is marked ``graph_break``; the host spends
+``layer_host_us`` per layer (the eager attention and the replay of the next graph piece) while the
+device runs the layers already given to it, so the step lasts at least ``L h + u`` plus the kernels
+outside the layers (``u`` one layer's device time, the last layer's, after the host is done): a host
+slower than the device per layer makes the step host-bound, a faster one changes nothing
+(`_cut_at_attention`).
 """
 
 from __future__ import annotations
@@ -26,13 +34,16 @@ from .preset import Stack
 @dataclass(frozen=True)
 class Launch:
     """What the stack needs of a kernel: its time on the device per run, how many runs in a row,
-    whether it is a collective (launched by HCCL), and whether its tiling reads run-time values (a
-    stack may run such a tiling on the AICPU before each launch: `Stack.aicpu_tiling_us`)."""
+    whether it is a collective (launched by HCCL), whether its tiling reads run-time values (a
+    stack may run such a tiling on the AICPU before each launch: `Stack.aicpu_tiling_us`), and
+    whether it opens a layer's attention, which a graph cut at the attention runs from the host
+    (`Stack.layer_host_us`)."""
 
     device_us: float
     count: int = 1
     collective: bool = False
     value_tiling: bool = False
+    graph_break: bool = False   # the host runs each layer's attention outside the graph (Stack.layer_host_us)
 
 
 @dataclass(frozen=True)
@@ -141,7 +152,27 @@ def run_in_order(kernels: Sequence[Launch], stack: Stack, start_us: float = 0.0)
     stream = Stream(stack, start_us)
     for k in kernels:
         stream.run(k.device_us, k.count, k.collective, k.value_tiling)
-    return stream.timeline()
+    tl = stream.timeline()
+    brk = [k for k in kernels if k.graph_break and k.count > 0]
+    if not (brk and stack.layer_host_us):
+        return tl
+    return _cut_at_attention(tl, kernels, brk[0].count, stack)
+
+
+def _cut_at_attention(tl: StepTimeline, kernels: Sequence[Launch], layers: int, stack: Stack) -> StepTimeline:
+    """A graph cut at each of ``layers`` attention layers: the host spends ``layer_host_us`` per layer
+    (the eager attention, the next piece's replay) while the device runs the layers it was given: the
+    step lasts at least the host's ``layers * h``, then the last layer on the device (``u``: every
+    kernel run once per layer, with its launch) and the kernels outside the layers (embedding, LM
+    head, sampling); the step is the longer of that and the kernels' own timeline."""
+    h = stack.layer_host_us
+    per_layer = sum((k.device_us + launch_cost(stack, k.collective, k.value_tiling)) * k.count
+                    for k in kernels if k.count == layers) / layers
+    rest = sum((k.device_us + launch_cost(stack, k.collective, k.value_tiling)) * k.count
+               for k in kernels if k.count != layers)
+    host_bound = stack.step_host_us + layers * h + per_layer + rest
+    return StepTimeline(tl.placed, max(tl.step_us, host_bound), tl.device_us, tl.launch_us,
+                        tl.host_us + layers * h, tl.stack)
 
 
 class HostClock:

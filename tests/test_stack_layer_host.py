@@ -1,0 +1,68 @@
+"""A graph cut at each attention layer (vLLM's PIECEWISE cudagraph mode, `Stack.layer_host_us`): the
+host spends its time per layer outside the graph while the device runs the layers it was given, so
+a host slower than the device per layer bounds the step, and a faster one changes nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from pypto_lab.llm import step_model
+from pypto_lab.stack import Launch, StackConfigError, get_stack, load_stack, run_in_order
+
+LAYERS = 10
+
+
+def _layers(per_layer_us: float) -> list[Launch]:
+    # embedding, then per layer: a matmul, the attention (the graph break), a matmul; then the LM head
+    return [Launch(5.0), Launch(per_layer_us / 4, LAYERS), Launch(per_layer_us / 2, LAYERS, graph_break=True),
+            Launch(per_layer_us / 4, LAYERS), Launch(20.0)]
+
+
+def _graph(layer_host_us: float):
+    return get_stack("vllm-ascend-aclgraph").with_values(layer_host_us=layer_host_us, launch_us=0.0, step_host_us=0.0)
+
+
+def test_a_host_slower_than_a_layer_bounds_the_step():
+    h = 500.0
+    tl = run_in_order(_layers(100.0), _graph(h))
+    # the host's h per layer, the last layer's device time and the kernels outside the layers
+    assert tl.step_us == pytest.approx(LAYERS * h + 100.0 + 25.0)
+    assert tl.host_us == pytest.approx(LAYERS * h)
+    assert tl.host_bound
+
+
+def test_a_host_faster_than_a_layer_changes_nothing():
+    without = run_in_order(_layers(400.0), _graph(0.0))
+    with_host = run_in_order(_layers(400.0), _graph(100.0))
+    assert with_host.step_us == pytest.approx(without.step_us) == pytest.approx(LAYERS * 400.0 + 25.0)
+
+
+def test_no_graph_break_no_charge():
+    kernels = [Launch(k.device_us, k.count) for k in _layers(100.0)]
+    assert run_in_order(kernels, _graph(500.0)).step_us == pytest.approx(LAYERS * 100.0 + 25.0)
+
+
+def test_an_llm_decode_step_pays_it_once_per_attention_layer():
+    stack = get_stack("vllm-ascend-aclgraph")
+    fast, slow = (step_model("qwen2-0.5b", "Ascend910B1", stack=stack.with_values(layer_host_us=h)) for h in (0.0, 5000.0))
+    layers = fast.spec.layers
+    t_fast, t_slow = fast.step_ms([], [300] * 4), slow.step_ms([], [300] * 4)
+    assert t_fast < layers * 5.0
+    # host-bound: layers x 5 ms, plus one layer's device time and the LM head at most
+    assert layers * 5.0 < t_slow < layers * 5.0 + t_fast
+
+
+def test_the_shipped_piecewise_preset_carries_its_source():
+    stack = get_stack("vllm-ascend-aclgraph")
+    assert stack.layer_host_us > 0 and "9404" in stack.sources["stack.layer_host_us"]
+    assert get_stack("torchair-graph").layer_host_us == 0.0
+
+
+def test_an_eager_stack_has_no_graph_to_cut(tmp_path):
+    with pytest.raises(StackConfigError, match="layer_host_us.*graph"):
+        get_stack("vllm-ascend-eager").with_values(layer_host_us=100.0)
+    text = (get_stack("vllm-ascend-eager").path and open(get_stack("vllm-ascend-eager").path).read())
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace("[stack]\n", "[stack]\nlayer_host_us = 100.0\n"))
+    with pytest.raises(StackConfigError, match=r"layer_host_us' = 100\.0.*fix: set layer_host_us = 0"):
+        load_stack(bad)

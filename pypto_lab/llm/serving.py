@@ -41,11 +41,17 @@ The report's ``prefix_cache`` gives the hit rate.
 
 Host time: a step costs what ``step_model.step_ms`` says, called once per engine step, so a stack's
 per-step host time (``step_host_us``, e.g. vLLM-Ascend's graph replay) is paid once per step
-whatever the batch (`tests/test_serving_step_host.py`). Not modelled: the client's and the API
+whatever the batch (`tests/test_serving_step_host.py`), and a graph cut at each attention layer
+(``layer_host_us``, vLLM's PIECEWISE mode) makes a step last at least its layers' host time
+(`tests/test_stack_layer_host.py`). ``async_scheduling`` (vLLM's ``--async-scheduling``, its
+default from v0.14.0): the engine schedules step k+1 as soon as step k is submitted, so a request
+that arrives while step k runs is first scheduled into step k+2; an idle engine schedules an
+arrival at once (`tests/test_serving_async_scheduling.py`). Not modelled: the client's and the API
 server's own time (HTTP, tokenisation, detokenisation, streaming); vLLM V1 runs them in its
 front-end process beside the engine's step loop (vllm-project/vllm vllm/v1/engine/async_llm.py,
-output_processor.py), so they add to a request's latency, not to a step, and no public figure for
-them on an Ascend host was found.
+output_processor.py), so they add to a request's latency, not to a step; the one public figure
+found, 10-21 us per prompt token of tokenisation (tenstorrent/tt-inference-server issue #2173, not
+an Ascend host), is 2-4 ms for the validation rows' 200-token prompts.
 """
 
 from __future__ import annotations

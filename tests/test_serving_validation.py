@@ -89,3 +89,10 @@ def test_an_overloaded_issue_report_is_listed_with_its_reason():
     for i in (20, 21):   # Qwen3-8B at 10 req/s, 1024/2048 tokens: 0.02 req/s served
         with pytest.raises(NotExpressible, match="overloaded server"):
             express(ROWS[i])
+
+
+def test_the_report_names_the_host_mechanisms_a_row_runs_with():
+    from pypto_lab.validation.llm_rows import _serving_mechanisms
+    vl = _serving_mechanisms(express(ROWS[34])[0])          # v0.18.0 on the ACL graph stack
+    assert any("PIECEWISE" in m for m in vl) and any("async scheduling" in m for m in vl)
+    assert _serving_mechanisms(express(ROWS[22])[0]) == ()   # v0.7.3 eager: neither

@@ -66,3 +66,31 @@ def test_an_eager_stack_has_no_graph_to_cut(tmp_path):
     bad.write_text(text.replace("[stack]\n", "[stack]\nlayer_host_us = 100.0\n"))
     with pytest.raises(StackConfigError, match=r"layer_host_us' = 100\.0.*fix: set layer_host_us = 0"):
         load_stack(bad)
+
+
+def test_kernels_in_program_order_pay_it_before_each_attention():
+    # optimize's order: per layer a matmul then the attention (graph break), each run once
+    kernels = [Launch(100.0), *[k for _ in range(LAYERS) for k in (Launch(50.0), Launch(50.0, graph_break=True))]]
+    tl = run_in_order(kernels, _graph(500.0))
+    assert tl.step_us == pytest.approx(LAYERS * 500.0 + 50.0)   # host-bound: the last attention after the host
+    assert tl.host_us == pytest.approx(LAYERS * 500.0)
+    assert run_in_order(kernels, _graph(20.0)).step_us == pytest.approx(100.0 + LAYERS * 100.0)
+
+
+def test_optimize_on_the_piecewise_stack_runs_the_attention_from_the_host():
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    import pypto_lab
+    from pypto_lab.kernels.ir import AttentionKernel
+
+    cfg = LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=4, vocab_size=500, max_position_embeddings=256)
+    model = LlamaForCausalLM(cfg).eval()
+    ids = torch.zeros(1, 32, dtype=torch.long)
+    stack = get_stack("vllm-ascend-aclgraph")
+    reps = [pypto_lab.optimize(model, ids, chip="Ascend910B1", level=1, stack=stack.with_values(layer_host_us=h)).report()
+            for h in (0.0, 20000.0)]
+    attn = sum(isinstance(k.spec, AttentionKernel) for k in reps[0].kernels)
+    assert attn == cfg.num_hidden_layers
+    assert reps[1].latency_us > attn * 20000.0 > reps[0].latency_us

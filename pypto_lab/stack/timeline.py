@@ -15,8 +15,9 @@ the last run ends at ``max(F + c u, H + h + (c - 1) max(h, u) + u)`` (``F`` the 
 the host clock), the recurrence of placing them one by one.
 
 A graph cut at each attention layer (vLLM's PIECEWISE cudagraph mode, ``Stack.layer_host_us``):
-the kernel that opens a layer's attention is marked ``graph_break``; the host spends
-``layer_host_us`` per layer (the eager attention and the replay of the next graph piece) while the
+the kernel that opens a layer's attention is marked ``graph_break``. Kernels in program order (one
+run each, `optimize`'s) take ``layer_host_us`` of host before each such kernel, as a dispatch. For
+kernels grouped by kind over ``L`` layers (the LLM engine's), the host spends ``layer_host_us`` per layer (the eager attention and the replay of the next graph piece) while the
 device runs the layers already given to it, so the step lasts at least ``L h + u`` plus the kernels
 outside the layers (``u`` one layer's device time, the last layer's, after the host is done): a host
 slower than the device per layer makes the step host-bound, a faster one changes nothing
@@ -104,21 +105,27 @@ class Stream:
         self.placed: list[Placed] = []
         self.device = self.launched = 0.0
         self.dispatches = 0
+        self.breaks = 0                             # attention layers run from the host (layer_host_us)
 
     @property
     def now_us(self) -> float:
         """When the last kernel placed so far ends."""
         return self.free
 
-    def run(self, device_us: float, count: int = 1, collective: bool = False, value_tiling: bool = False) -> Placed:
+    def run(self, device_us: float, count: int = 1, collective: bool = False, value_tiling: bool = False,
+            graph_break: bool = False) -> Placed:
         """Place ``count`` runs of a kernel taking ``device_us`` each on the device (``value_tiling``:
-        its tiling reads run-time values)."""
+        its tiling reads run-time values; ``graph_break``: it opens a layer's attention, which a graph
+        cut at the attention runs from the host, ``Stack.layer_host_us`` before each run)."""
         c = int(count)
         if c <= 0:
             p = Placed(self.free, self.free, 0.0)
             self.placed.append(p)
             return p
         stack, h = self.stack, self.stack.dispatch_us
+        if graph_break and stack.layer_host_us:
+            h += stack.layer_host_us
+            self.breaks += c
         launch = launch_cost(stack, collective, value_tiling)
         u = device_us + launch
         if not host_waits(stack):
@@ -144,19 +151,20 @@ class Stream:
 
     def timeline(self) -> StepTimeline:
         return StepTimeline(tuple(self.placed), self.free - self.start, self.device, self.launched,
-                            self.stack.step_host_us + self.dispatches * self.stack.dispatch_us, self.stack.name)
+                            self.stack.step_host_us + self.dispatches * self.stack.dispatch_us
+                            + self.breaks * self.stack.layer_host_us, self.stack.name)
 
 
 def run_in_order(kernels: Sequence[Launch], stack: Stack, start_us: float = 0.0) -> StepTimeline:
     """Place ``kernels`` one after another on one stream under ``stack`` (see the module docstring)."""
+    # kernels in program order (one run each) take the host's time per layer where it falls; a
+    # layer's kernels grouped by kind (``count`` runs in a row, the LLM engine's) in closed form
+    grouped = next((k.count for k in kernels if k.graph_break and k.count > 1), 0) if stack.layer_host_us else 0
     stream = Stream(stack, start_us)
     for k in kernels:
-        stream.run(k.device_us, k.count, k.collective, k.value_tiling)
+        stream.run(k.device_us, k.count, k.collective, k.value_tiling, k.graph_break and not grouped)
     tl = stream.timeline()
-    brk = [k for k in kernels if k.graph_break and k.count > 0]
-    if not (brk and stack.layer_host_us):
-        return tl
-    return _cut_at_attention(tl, kernels, brk[0].count, stack)
+    return _cut_at_attention(tl, kernels, grouped, stack) if grouped else tl
 
 
 def _cut_at_attention(tl: StepTimeline, kernels: Sequence[Launch], layers: int, stack: Stack) -> StepTimeline:
@@ -183,9 +191,10 @@ class HostClock:
         self.stack = stack
         self.t = start_us + stack.step_host_us
 
-    def dispatch(self) -> float:
-        """Dispatch the next kernel; the time from which the device may start it."""
-        self.t += self.stack.dispatch_us
+    def dispatch(self, graph_break: bool = False) -> float:
+        """Dispatch the next kernel (``graph_break``: it opens a layer's attention, run from the host
+        outside a graph cut there, `Stack.layer_host_us`); the time from which the device may start it."""
+        self.t += self.stack.dispatch_us + (self.stack.layer_host_us if graph_break else 0.0)
         return self.t
 
     def kernel_ended(self, end_us: float) -> None:

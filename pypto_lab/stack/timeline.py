@@ -17,11 +17,11 @@ the host clock), the recurrence of placing them one by one.
 A graph cut at each attention layer (vLLM's PIECEWISE cudagraph mode, ``Stack.layer_host_us``):
 the kernel that opens a layer's attention is marked ``graph_break``. Kernels in program order (one
 run each, `optimize`'s) take ``layer_host_us`` of host before each such kernel, as a dispatch. For
-kernels grouped by kind over ``L`` layers (the LLM engine's), the host spends ``layer_host_us`` per layer (the eager attention and the replay of the next graph piece) while the
-device runs the layers already given to it, so the step lasts at least ``L h + u`` plus the kernels
-outside the layers (``u`` one layer's device time, the last layer's, after the host is done): a host
-slower than the device per layer makes the step host-bound, a faster one changes nothing
-(`_cut_at_attention`).
+kernels grouped by kind over ``L`` layers (the LLM engine's), the host spends ``layer_host_us`` per
+layer (the eager attention and the replay of the next graph piece) while the device runs the layers
+already given to it, so the step lasts at least ``L h + u`` plus the kernels outside the layers
+(``u`` one layer's device time, the last layer's, after the host is done): a host slower than the
+device per layer makes the step host-bound, a faster one changes nothing (`_cut_at_attention`).
 """
 
 from __future__ import annotations
@@ -35,15 +35,13 @@ from .preset import Stack
 @dataclass(frozen=True)
 class Launch:
     """What the stack needs of a kernel: its time on the device per run, how many runs in a row,
-    whether it is a collective (launched by HCCL), whether its tiling reads run-time values (a
-    stack may run such a tiling on the AICPU before each launch: `Stack.aicpu_tiling_us`), and
-    whether it opens a layer's attention, which a graph cut at the attention runs from the host
-    (`Stack.layer_host_us`)."""
+    whether it is a collective (launched by HCCL), and whether the stack's per-run IncreFlashAttention
+    overhead is charged on it (`Stack.ifa_overhead_us`, `KernelSpec.ifa_overhead`)."""
 
     device_us: float
     count: int = 1
     collective: bool = False
-    value_tiling: bool = False
+    ifa_overhead: bool = False
     graph_break: bool = False   # the host runs each layer's attention outside the graph (Stack.layer_host_us)
 
 
@@ -85,12 +83,12 @@ def host_waits(stack: Stack) -> bool:
     return stack.runs == "eager" and not stack.host_device_overlap
 
 
-def launch_cost(stack: Stack, collective: bool, value_tiling: bool = False) -> float:
+def launch_cost(stack: Stack, collective: bool, ifa_overhead: bool = False) -> float:
     """The stack's device-side launch of one kernel run (none for a collective: HCCL's is in its
-    time), with the AICPU tiling the stack runs first for a kernel whose tiling reads run-time values."""
+    time), with the stack's per-run overhead of IncreFlashAttention over a preallocated cache."""
     if collective:
         return 0.0
-    return stack.launch_us + (stack.aicpu_tiling_us if value_tiling else 0.0)
+    return stack.launch_us + (stack.ifa_overhead_us if ifa_overhead else 0.0)
 
 
 class Stream:
@@ -112,11 +110,12 @@ class Stream:
         """When the last kernel placed so far ends."""
         return self.free
 
-    def run(self, device_us: float, count: int = 1, collective: bool = False, value_tiling: bool = False,
+    def run(self, device_us: float, count: int = 1, collective: bool = False, ifa_overhead: bool = False,
             graph_break: bool = False) -> Placed:
-        """Place ``count`` runs of a kernel taking ``device_us`` each on the device (``value_tiling``:
-        its tiling reads run-time values; ``graph_break``: it opens a layer's attention, which a graph
-        cut at the attention runs from the host, ``Stack.layer_host_us`` before each run)."""
+        """Place ``count`` runs of a kernel taking ``device_us`` each on the device (``ifa_overhead``:
+        the stack's per-run IncreFlashAttention overhead is charged on it; ``graph_break``: it opens a
+        layer's attention, which a graph cut at the attention runs from the host,
+        ``Stack.layer_host_us`` before each run)."""
         c = int(count)
         if c <= 0:
             p = Placed(self.free, self.free, 0.0)
@@ -126,7 +125,7 @@ class Stream:
         if graph_break and stack.layer_host_us:
             h += stack.layer_host_us
             self.breaks += c
-        launch = launch_cost(stack, collective, value_tiling)
+        launch = launch_cost(stack, collective, ifa_overhead)
         u = device_us + launch
         if not host_waits(stack):
             first = max(self.free, self.host + h)
@@ -162,7 +161,7 @@ def run_in_order(kernels: Sequence[Launch], stack: Stack, start_us: float = 0.0)
     grouped = next((k.count for k in kernels if k.graph_break and k.count > 1), 0) if stack.layer_host_us else 0
     stream = Stream(stack, start_us)
     for k in kernels:
-        stream.run(k.device_us, k.count, k.collective, k.value_tiling, k.graph_break and not grouped)
+        stream.run(k.device_us, k.count, k.collective, k.ifa_overhead, k.graph_break and not grouped)
     tl = stream.timeline()
     return _cut_at_attention(tl, kernels, grouped, stack) if grouped else tl
 
@@ -174,9 +173,9 @@ def _cut_at_attention(tl: StepTimeline, kernels: Sequence[Launch], layers: int, 
     kernel run once per layer, with its launch) and the kernels outside the layers (embedding, LM
     head, sampling); the step is the longer of that and the kernels' own timeline."""
     h = stack.layer_host_us
-    per_layer = sum((k.device_us + launch_cost(stack, k.collective, k.value_tiling)) * k.count
+    per_layer = sum((k.device_us + launch_cost(stack, k.collective, k.ifa_overhead)) * k.count
                     for k in kernels if k.count == layers) / layers
-    rest = sum((k.device_us + launch_cost(stack, k.collective, k.value_tiling)) * k.count
+    rest = sum((k.device_us + launch_cost(stack, k.collective, k.ifa_overhead)) * k.count
                for k in kernels if k.count != layers)
     host_bound = stack.step_host_us + layers * h + per_layer + rest
     return StepTimeline(tl.placed, max(tl.step_us, host_bound), tl.device_us, tl.launch_us,

@@ -51,7 +51,10 @@ def test_an_output_length_not_stated_is_not_invented():
 
 
 def test_each_row_runs_on_its_stack():
-    assert express(ROWS[34])[0].stack == "vllm-ascend-aclgraph"
+    assert express(ROWS[34])[0].stack == "vllm-ascend-aclgraph-0.18"   # vllm-ascend v0.18.0: its measured release
+    assert express(ROWS[1])[0].stack == "vllm-ascend-aclgraph"         # main of 2025-07: the derived default
+    assert express(_row(framework="vllm-ascend v0.13.0"))[0].stack == "vllm-ascend-aclgraph"
+    assert express(_row(framework="vllm-ascend v0.18.1"))[0].stack == "vllm-ascend-aclgraph-0.18"
     run, assumed = express(ROWS[22])   # vllm-ascend v0.7.3: before graph mode
     assert run.stack == "vllm-ascend-eager" and any("v0.9.0rc1" in a for a in assumed)
     mindie = _row(framework="MindIE (version not stated)")
@@ -70,7 +73,7 @@ def test_a_small_row_runs_end_to_end():
     assert [r["kind"] for r in result.rows] == ["TTFT", "ITL"]
     for r in result.rows:
         assert r["simulated"] > 0 and r["error"] == pytest.approx((r["simulated"] - r["published"]) / r["published"])
-        assert r["chip_stated"] and r["stack"] == "vllm-ascend-aclgraph" and r["requests"] == 4
+        assert r["chip_stated"] and r["stack"] == "vllm-ascend-aclgraph-0.18" and r["requests"] == 4
     assert set(result.summary()) == {"TTFT", "ITL"} and len(result.runs) == 1
     assert "not expressible (0 rows)" in result.table()
 

@@ -52,9 +52,29 @@ def test_an_llm_decode_step_pays_it_once_per_attention_layer():
     assert layers * 5.0 < t_slow < layers * 5.0 + t_fast
 
 
-def test_the_shipped_piecewise_preset_carries_its_source():
+# the calls AscendAttentionBackendImpl.forward dispatches to the NPU in a decode-only step
+# (vllm_ascend/attention/attention_v1.py@a5f33590, 2025-07-03, bf16 cache, not 310P)
+DECODE_ATTENTION_CALLS = ("value.contiguous()", "torch_npu._npu_reshape_and_cache", "torch_npu._npu_paged_attention",
+                          "ori_output[:, :, :] = output[:num_tokens]")
+
+
+def test_the_default_piecewise_host_time_is_derived_from_the_mechanism():
+    # one piece replay (PR #15471's replay host time) + the eager attention's calls at torch_npu eager's dispatch
     stack = get_stack("vllm-ascend-aclgraph")
-    assert stack.layer_host_us > 0 and "9404" in stack.sources["stack.layer_host_us"]
+    replay = stack.step_host_us
+    assert "15471" in stack.sources["stack.step_host_us"] and replay == 100.0
+    expected = replay + len(DECODE_ATTENTION_CALLS) * get_stack("torch_npu-eager").dispatch_us
+    assert stack.layer_host_us == pytest.approx(expected) == pytest.approx(167.2)
+    src = stack.sources["stack.layer_host_us"]
+    assert "a5f33590" in src and "15471" in src and all(c in src for c in DECODE_ATTENTION_CALLS)
+    assert "9404" not in src   # no release's measurement in the default
+
+
+def test_the_v0_18_preset_carries_its_measured_layer():
+    v18, default = get_stack("vllm-ascend-aclgraph-0.18"), get_stack("vllm-ascend-aclgraph")
+    assert v18.layer_host_us == 832.0 and "9404" in v18.sources["stack.layer_host_us"]
+    # the same stack otherwise
+    assert v18.with_values(layer_host_us=default.layer_host_us, name="x").fingerprint == default.fingerprint
     assert get_stack("torchair-graph").layer_host_us == 0.0
 
 

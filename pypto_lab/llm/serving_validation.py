@@ -18,7 +18,11 @@ row's ``assumed`` field):
 * stack: MindIE rows on ``mindie``; vLLM-Ascend rows on ``vllm-ascend-aclgraph``, except releases
   before v0.9.0rc1 (graph mode came with the V1 engine in v0.9.0rc1: "From v0.9.0rc1 with V1
   Engine, vLLM Ascend will run models in graph mode by default", docs.vllm.ai/projects/ascend/en/
-  v0.9.0rc2/user_guide/graph_mode.html) and rows that say eager, on ``vllm-ascend-eager``.
+  v0.9.0rc2/user_guide/graph_mode.html) and rows that say eager, on ``vllm-ascend-eager``; rows of
+  a release with a graph preset of its own (``RELEASE_STACKS``: v0.18.x on
+  ``vllm-ascend-aclgraph-0.18``, whose host time per layer was measured on v0.18.0rc1, issue
+  #9404) on that preset. Rows of other versions, or none stated, on the default
+  ``vllm-ascend-aclgraph`` (host time per layer derived from the PIECEWISE mechanism).
 * scheduler limits: vLLM's defaults for ``vllm serve`` on a device with less than 70 GiB,
   ``max_num_batched_tokens`` 2048 and ``max_num_seqs`` 256 (vllm-project/vllm
   vllm/engine/arg_utils.py, ``EngineArgs`` batch defaults, UsageContext.OPENAI_API_SERVER); block
@@ -229,6 +233,10 @@ def _precision(row: dict[str, str], assumed: list[str]) -> str:
     return "bf16"
 
 
+# vllm-ascend releases (major, minor) whose graph mode has a preset of its own: the host time per layer measured on it
+RELEASE_STACKS = {(0, 18): "vllm-ascend-aclgraph-0.18"}   # issue #9404, v0.18.0rc1
+
+
 def _stack(row: dict[str, str], assumed: list[str]) -> str:
     fw = row["framework"].lower()
     if "mindie" in fw:
@@ -240,7 +248,10 @@ def _stack(row: dict[str, str], assumed: list[str]) -> str:
         assumed.append(f"vllm-ascend v{'.'.join(m.groups())} ran eager: graph mode came with the V1 engine in "
                        "v0.9.0rc1")
         return "vllm-ascend-eager"
+    if m and (int(m.group(1)), int(m.group(2))) in RELEASE_STACKS:
+        return RELEASE_STACKS[int(m.group(1)), int(m.group(2))]
     return "vllm-ascend-aclgraph"
+
 
 
 ASYNC_FROM = (0, 14, 0)   # vLLM v0.14.0: async scheduling on by default

@@ -64,6 +64,7 @@ from ..passes.quantize_int8 import QuantizeInt8
 from ..passes.tune_tiling import TuneTiling
 from ..runtime.interpreter import Runtime
 from ..stack import DEFAULT_STACK, Stack, get_stack
+from . import batch_split
 
 
 @dataclass(frozen=True)
@@ -373,8 +374,17 @@ def optimize(model: torch.nn.Module | str | os.PathLike, example_inputs=None, ch
     recorder = RecordSnapshots()
     ctx = PassContext(chip, cube_precision, options, stack)
     optimized = PassManager(LEVELS[level].passes, [recorder]).run(graph, ctx)
-    report = build_report(graph.model_name, chip, level, precision, cube_precision, _batch_of(example_inputs),
+    batch = _batch_of(example_inputs)
+    report = build_report(graph.model_name, chip, level, precision, cube_precision, batch,
                           optimized, recorder.snapshots, options, [note] if note else [], stack)
+    if stack.applies(batch_split.FUSION) and level >= 2 and batch_split.splittable(optimized, batch):
+        def slice_report(size: int) -> Report | None:
+            part = batch_split.slice_inputs(example_inputs, batch, size)
+            if part is None:
+                return None
+            return optimize(model, part, chip, level, precision, stack=batch_split.without_split(stack),
+                            options=options, autocast=autocast).report()
+        report = batch_split.best_split(report, slice_report, batch) or report
     result = OptimizedModel(model, optimized, report, chip, cube_precision)
     LAST_OPTIMIZED[model] = result
     return result

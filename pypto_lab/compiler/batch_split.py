@@ -18,7 +18,8 @@ and stops halving when a slice is no faster than the one before. It leaves out w
 see: weights are read again for every slice (the slice's own costing reads them), slices run one
 after another on the device (no overlap between one slice's tail and the next one's head).
 
-Only a graph whose every input and output has the batch on its first axis is split (it is captured
+Only a graph whose every input and output has the batch on its first axis, and whose program
+captures at the slice's batch (not one with the batch baked into a reshape), is split (it is captured
 in eval mode: inference, no operator mixes samples).
 """
 

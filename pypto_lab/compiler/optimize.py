@@ -39,6 +39,8 @@ from ..analysis.memory_plan import memory_plan
 from ..analysis.report import PassStep, Report
 from ..analysis.schedule import schedule_kernels
 from ..capture import Graph, capture, torchscript
+from ..capture.fx_node import CaptureError
+from ..capture.torchscript import TorchScriptError
 from ..hw.chip import DEFAULT_CHIP, Chip, get_chip
 from ..hw.tiling import DTYPE_BYTES
 from ..lowering.costing import cost_kernels
@@ -382,8 +384,11 @@ def optimize(model: torch.nn.Module | str | os.PathLike, example_inputs=None, ch
             part = batch_split.slice_inputs(example_inputs, batch, size)
             if part is None:
                 return None
-            return optimize(model, part, chip, level, precision, stack=batch_split.without_split(stack),
-                            options=options, autocast=autocast).report()
+            try:
+                return optimize(model, part, chip, level, precision, stack=batch_split.without_split(stack),
+                                options=options, autocast=autocast).report()
+            except (CaptureError, TorchScriptError):   # the batch is baked into the program (a reshape to it)
+                return None
         report = batch_split.best_split(report, slice_report, batch) or report
     result = OptimizedModel(model, optimized, report, chip, cube_precision)
     LAST_OPTIMIZED[model] = result

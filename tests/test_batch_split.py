@@ -3,7 +3,7 @@ batch whose activations overflow the 310P3's 16 MB L2 runs in slices whose activ
 
 import torch
 
-from pypto_lab.compiler.batch_split import FUSION, slice_inputs, slices_of
+from pypto_lab.compiler.batch_split import FUSION, slice_inputs, slices_of, spills
 from pypto_lab.compiler.optimize import optimize
 from pypto_lab.stack import get_stack
 from pypto_lab.validation.inference_rows import mechanisms_of
@@ -64,3 +64,11 @@ def test_a_stack_without_l2_optimisation_does_not_split():
     assert not get_stack("torch_aie").applies(FUSION)
     rep = optimize(model, x, chip=CHIP, level=3, precision="fp16", stack="torch_aie").report()
     assert not any(FUSION in n for n in rep.notes)
+
+
+def test_the_split_is_tried_only_where_activations_spill_from_l2():
+    atc = get_stack("atc-om")
+    whole = atc.with_values(fusions=sorted(atc.fusions - {FUSION}))
+    for batch, spilled in ((64, True), (2, False)):   # 25.7 MB per activation against 0.8 MB
+        opt = optimize(convs(), torch.randn(batch, 64, 56, 56), chip=CHIP, level=3, precision="fp16", stack=whole)
+        assert spills(opt.graph, opt.chip, opt.cube_precision) is spilled

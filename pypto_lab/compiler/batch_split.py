@@ -25,7 +25,8 @@ above what the layer-by-layer DRAM traffic at 204 GB/s allows) is consistent wit
 see: weights are read again for every slice (the slice's own costing reads them), slices run one
 after another on the device (no overlap between one slice's tail and the next one's head).
 
-Only a graph whose every input and output has the batch on its first axis, and whose program
+Only a graph whose activations spill from L2 at the whole batch (`spills`), whose every input and
+output has the batch on its first axis, and whose program
 captures at the slice's batch (not one with the batch baked into a reshape), is split (it is captured
 in eval mode: inference, no operator mixes samples).
 """
@@ -39,6 +40,9 @@ import torch
 
 from ..analysis.report import PassStep, Report
 from ..analysis.schedule import Schedule, ScheduledKernel
+from ..hw.l2_residency import plan_l2
+from ..lowering.lower import kernels_of, storage_dtypes
+from ..passes.l2_residency import kernel_steps
 from ..stack import Stack
 
 FUSION = "l2_batch_split"
@@ -82,6 +86,16 @@ def splittable(graph, batch: int) -> bool:
     return True
 
 
+def spills(graph, chip, precision: str) -> bool:
+    """Whether L2 residency at the whole batch leaves activations to DRAM (a tensor written by one
+    kernel and read by another that leaves L2 first): the case the split is for. The graph is the
+    optimised one; the plan is the `l2_residency` pass's (`pypto_lab.hw.l2_residency.plan_l2`)."""
+    _, gm_dtype = storage_dtypes(chip, precision)
+    steps, outputs = kernel_steps(graph, kernels_of(graph), gm_dtype)
+    plan = plan_l2(steps, int(chip.l2_bytes), outputs)
+    return any(name not in outputs for name in plan.spilled)
+
+
 def split_report(full: Report, part: Report, slices: int) -> Report:
     """The report of the whole batch run as ``slices`` runs of ``part`` one after another: every
     kernel ``slices`` times, the slice's schedule repeated, a waterfall step for the split."""
@@ -122,4 +136,5 @@ def without_split(stack: Stack) -> Stack:
     return replace(stack, fusions=frozenset(stack.fusions) - {FUSION})
 
 
-__all__ = ["FUSION", "best_split", "slice_inputs", "slices_of", "split_report", "splittable", "without_split"]
+__all__ = ["FUSION", "best_split", "slice_inputs", "slices_of", "spills", "split_report", "splittable",
+           "without_split"]

@@ -379,7 +379,8 @@ def optimize(model: torch.nn.Module | str | os.PathLike, example_inputs=None, ch
     batch = _batch_of(example_inputs)
     report = build_report(graph.model_name, chip, level, precision, cube_precision, batch,
                           optimized, recorder.snapshots, options, [note] if note else [], stack)
-    if stack.applies(batch_split.FUSION) and level >= 2 and batch_split.splittable(optimized, batch):
+    if (stack.applies(batch_split.FUSION) and level >= 2 and batch_split.splittable(optimized, batch)
+            and batch_split.spills(optimized, chip, cube_precision)):
         def slice_report(size: int) -> Report | None:
             part = batch_split.slice_inputs(example_inputs, batch, size)
             if part is None:

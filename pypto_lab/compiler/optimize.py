@@ -170,7 +170,12 @@ def load3d_note(kernels) -> list[str]:
 
 def recost(report: Report, graph: Graph, step: str, summary: str) -> Report:
     """``report`` after ``graph``'s kernels changed (e.g. `auto_tune` retiled them): every kernel
-    costed again, the schedule run again the same way, one more waterfall step."""
+    costed again, the schedule run again the same way, one more waterfall step. ``graph`` is the
+    whole batch's: a report whose batch ran in slices (`batch_split`) is recosted unsplit, and its
+    note says so."""
+    if any(p.name == batch_split.FUSION for p in report.passes):
+        summary += (f"; the whole batch's graph was recosted, without the {batch_split.FUSION} slices "
+                    "(optimize again to split the retiled model)")
     kernels = cost_kernels(graph, report.chip)
     old = report.schedule
     schedule = schedule_kernels(graph, kernels, bool(old and old.concurrent),

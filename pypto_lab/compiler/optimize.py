@@ -175,7 +175,7 @@ def recost(report: Report, graph: Graph, step: str, summary: str) -> Report:
     note says so."""
     if any(p.name == batch_split.FUSION for p in report.passes):
         summary += (f"; the whole batch's graph was recosted, without the {batch_split.FUSION} slices "
-                    "(optimize again to split the retiled model)")
+                    "(the split is not redone after retiling)")
     kernels = cost_kernels(graph, report.chip)
     old = report.schedule
     schedule = schedule_kernels(graph, kernels, bool(old and old.concurrent),

@@ -72,3 +72,11 @@ def test_the_split_is_tried_only_where_activations_spill_from_l2():
     for batch, spilled in ((64, True), (2, False)):   # 25.7 MB per activation against 0.8 MB
         opt = optimize(convs(), torch.randn(batch, 64, 56, 56), chip=CHIP, level=3, precision="fp16", stack=whole)
         assert spills(opt.graph, opt.chip, opt.cube_precision) is spilled
+
+
+def test_recosting_a_split_report_says_the_slices_are_not_redone():
+    from pypto_lab.compiler.optimize import recost
+    opt = optimize(convs(), torch.randn(64, 64, 56, 56), chip=CHIP, level=3, precision="fp16", stack="atc-om")
+    again = recost(opt.report(), opt.graph, "auto_tune", "retiled")
+    assert f"without the {FUSION} slices" in again.notes[-1]
+    assert all(k.count == 1 for k in again.kernels)

@@ -47,6 +47,7 @@ def test_a_batch_overflowing_l2_runs_in_slices_that_stay_in_l2():
     slices = split.kernels[0].count
     assert slices > 1 and 64 % slices == 0
     assert len(split.schedule.kernels) == slices * len(split.kernels)
+    assert abs(split.energy().macs - whole.energy().macs) < 1e-6 * whole.energy().macs  # every slice's MACs
     named = mechanisms_of(split)                          # what a validation row names
     assert "slices of" in named[0] and any("stay in L2" in m for m in named[1:])
 

@@ -69,6 +69,8 @@ FUSIONS: dict[str, str] = {
     "elementwise": "chains of element-wise and row-wise Vector operators as one kernel",
     "l2_optimize": "an operator's output stays in the chip's L2 for the operators that read it while it fits "
                    "(ATC --buffer_optimize=l2_optimize)",
+    "l2_batch_split": "a batch whose activations overflow L2 runs in batch slices, one after another, each slice's "
+                      "activations kept in L2 (ATC's L2 fusion with dynamic batch split; pypto_lab.compiler.batch_split)",
 }
 
 

@@ -546,18 +546,33 @@ def code_launches(kernels: Sequence[CostedKernel], code: ModelCode | None) -> li
     return out
 
 
+ATTENTION_OPS = ("kv_write", "attention")   # what a layer's attention op runs (its cache write first)
+
+
+def _graph_break(kernels: Sequence[CostedKernel]) -> int:
+    """The kernel that opens each layer's attention: the first whose op is a KV-cache write or an
+    attention (vLLM's attention op writes the layer's keys and values, then attends); -1 if none."""
+    for i, k in enumerate(kernels):
+        if k.kernel.fused_ops and k.kernel.fused_ops[0] in ATTENTION_OPS:
+            return i
+    return -1
+
+
 def step_timeline(kernels: Sequence[CostedKernel], stack: Stack, code: ModelCode | None = None,
                   dynamic_shapes: bool = False):
     """One forward pass under ``stack``: its kernels one after another on the card (each uses
-    every core), each launched as the stack launches kernels (`pypto_lab.stack.timeline`). ``code``:
-    the model code whose host operations an eager stack also runs (`MODEL_CODE`, `code_launches`);
-    ``dynamic_shapes``: the graph's shapes change every step, so a graph stack schedules it from
-    the host kernel by kernel (`Stack.host_scheduled`)."""
+    every core), each launched as the stack launches kernels (`pypto_lab.stack.timeline`). A stack
+    whose graph is cut at the attention (``layer_host_us``) runs each layer's attention from the host:
+    the kernel that opens it is marked (`timeline.Launch.graph_break`). ``code``: the model code
+    whose host operations an eager stack also runs (`MODEL_CODE`, `code_launches`);
+    ``dynamic_shapes``: the graph's shapes change every step, so a graph stack schedules it from the
+    host kernel by kernel (`Stack.host_scheduled`)."""
     if dynamic_shapes:
         stack = stack.host_scheduled()
+    brk = _graph_break(kernels) if stack.layer_host_us else -1
     extra = code_launches(kernels, code)
-    return run_in_order([Launch(k.cost.time_us, k.count, k.collective, k.spec.ifa_overhead, ops, disp)
-                         for k, (ops, disp) in zip(kernels, extra)], stack)
+    return run_in_order([Launch(k.cost.time_us, k.count, k.collective, k.spec.ifa_overhead, ops, disp, i == brk)
+                         for i, (k, (ops, disp)) in enumerate(zip(kernels, extra))], stack)
 
 
 def step_time_us(kernels: Sequence[CostedKernel], stack: Stack, code: ModelCode | None = None,

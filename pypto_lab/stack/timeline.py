@@ -22,6 +22,15 @@ launch a kernel (each also a ``dispatch_us``). They lengthen that kernel's host 
 (``h`` above); the device still runs only the listed kernel, so when the host is slower the device
 waits: the host-bound regime of an eager decode step. A graph stack runs no Python per operation:
 both are ignored there.
+
+A graph cut at each attention layer (vLLM's PIECEWISE cudagraph mode, ``Stack.layer_host_us``):
+the kernel that opens a layer's attention is marked ``graph_break``. Kernels in program order (one
+run each, `optimize`'s) take ``layer_host_us`` of host before each such kernel, as a dispatch. For
+kernels grouped by kind over ``L`` layers (the LLM engine's), the host spends ``layer_host_us`` per
+layer (the eager attention and the replay of the next graph piece) while the device runs the layers
+already given to it, so the step lasts at least ``L h + u`` plus the kernels outside the layers
+(``u`` one layer's device time, the last layer's, after the host is done): a host slower than the
+device per layer makes the step host-bound, a faster one changes nothing (`_cut_at_attention`).
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ class Launch:
     ifa_overhead: bool = False
     code_ops: float = 0.0          # the model code's operations per run charged host_op_us (eager stacks)
     code_dispatches: float = 0.0   # how many of them launch a kernel: each a dispatch_us as well
+    graph_break: bool = False   # the host runs each layer's attention outside the graph (Stack.layer_host_us)
 
 
 @dataclass(frozen=True)
@@ -113,6 +123,7 @@ class Stream:
         self.device = self.launched = 0.0
         self.dispatches = 0
         self.code_host = 0.0                        # host time of the model code's own operations
+        self.breaks = 0                             # attention layers run from the host (layer_host_us)
 
     @property
     def now_us(self) -> float:
@@ -120,10 +131,12 @@ class Stream:
         return self.free
 
     def run(self, device_us: float, count: int = 1, collective: bool = False, ifa_overhead: bool = False,
-            code_ops: float = 0.0, code_dispatches: float = 0.0) -> Placed:
+            code_ops: float = 0.0, code_dispatches: float = 0.0, graph_break: bool = False) -> Placed:
         """Place ``count`` runs of a kernel taking ``device_us`` each on the device (``ifa_overhead``:
         the stack's per-run IncreFlashAttention overhead is charged on it; ``code_ops``,
-        ``code_dispatches``: the model code's host operations per run, `code_host_us`)."""
+        ``code_dispatches``: the model code's host operations per run, `code_host_us`; ``graph_break``:
+        it opens a layer's attention, which a graph cut at the attention runs from the host,
+        ``Stack.layer_host_us`` before each run)."""
         c = int(count)
         if c <= 0:
             p = Placed(self.free, self.free, 0.0)
@@ -131,6 +144,9 @@ class Stream:
             return p
         extra = code_host_us(self.stack, code_ops, code_dispatches)
         stack, h = self.stack, self.stack.dispatch_us + extra
+        if graph_break and stack.layer_host_us:
+            h += stack.layer_host_us
+            self.breaks += c
         launch = launch_cost(stack, collective, ifa_overhead)
         u = device_us + launch
         if not host_waits(stack):
@@ -157,16 +173,37 @@ class Stream:
 
     def timeline(self) -> StepTimeline:
         return StepTimeline(tuple(self.placed), self.free - self.start, self.device, self.launched,
-                            self.stack.step_host_us + self.dispatches * self.stack.dispatch_us + self.code_host,
-                            self.stack.name)
+                            self.stack.step_host_us + self.dispatches * self.stack.dispatch_us + self.code_host
+                            + self.breaks * self.stack.layer_host_us, self.stack.name)
 
 
 def run_in_order(kernels: Sequence[Launch], stack: Stack, start_us: float = 0.0) -> StepTimeline:
     """Place ``kernels`` one after another on one stream under ``stack`` (see the module docstring)."""
+    # kernels in program order (one run each) take the host's time per layer where it falls; a
+    # layer's kernels grouped by kind (``count`` runs in a row, the LLM engine's) in closed form
+    grouped = next((k.count for k in kernels if k.graph_break and k.count > 1), 0) if stack.layer_host_us else 0
     stream = Stream(stack, start_us)
     for k in kernels:
-        stream.run(k.device_us, k.count, k.collective, k.ifa_overhead, k.code_ops, k.code_dispatches)
-    return stream.timeline()
+        stream.run(k.device_us, k.count, k.collective, k.ifa_overhead, k.code_ops, k.code_dispatches,
+                   k.graph_break and not grouped)
+    tl = stream.timeline()
+    return _cut_at_attention(tl, kernels, grouped, stack) if grouped else tl
+
+
+def _cut_at_attention(tl: StepTimeline, kernels: Sequence[Launch], layers: int, stack: Stack) -> StepTimeline:
+    """A graph cut at each of ``layers`` attention layers: the host spends ``layer_host_us`` per layer
+    (the eager attention, the next piece's replay) while the device runs the layers it was given: the
+    step lasts at least the host's ``layers * h``, then the last layer on the device (``u``: every
+    kernel run once per layer, with its launch) and the kernels outside the layers (embedding, LM
+    head, sampling); the step is the longer of that and the kernels' own timeline."""
+    h = stack.layer_host_us
+    per_layer = sum((k.device_us + launch_cost(stack, k.collective, k.ifa_overhead)) * k.count
+                    for k in kernels if k.count == layers) / layers
+    rest = sum((k.device_us + launch_cost(stack, k.collective, k.ifa_overhead)) * k.count
+               for k in kernels if k.count != layers)
+    host_bound = stack.step_host_us + layers * h + per_layer + rest
+    return StepTimeline(tl.placed, max(tl.step_us, host_bound), tl.device_us, tl.launch_us,
+                        tl.host_us + layers * h, tl.stack)
 
 
 class HostClock:
@@ -177,9 +214,10 @@ class HostClock:
         self.stack = stack
         self.t = start_us + stack.step_host_us
 
-    def dispatch(self) -> float:
-        """Dispatch the next kernel; the time from which the device may start it."""
-        self.t += self.stack.dispatch_us
+    def dispatch(self, graph_break: bool = False) -> float:
+        """Dispatch the next kernel (``graph_break``: it opens a layer's attention, run from the host
+        outside a graph cut there, `Stack.layer_host_us`); the time from which the device may start it."""
+        self.t += self.stack.dispatch_us + (self.stack.layer_host_us if graph_break else 0.0)
         return self.t
 
     def kernel_ended(self, end_us: float) -> None:

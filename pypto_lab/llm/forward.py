@@ -571,7 +571,7 @@ def step_timeline(kernels: Sequence[CostedKernel], stack: Stack, code: ModelCode
         stack = stack.host_scheduled()
     brk = _graph_break(kernels) if stack.layer_host_us else -1
     extra = code_launches(kernels, code)
-    return run_in_order([Launch(k.cost.time_us, k.count, k.collective, k.spec.ifa_overhead, ops, disp, i == brk)
+    return run_in_order([Launch(k.cost.time_us, k.count, k.collective, k.spec.ifa_overhead, i == brk, ops, disp)
                          for i, (k, (ops, disp)) in enumerate(zip(kernels, extra))], stack)
 
 

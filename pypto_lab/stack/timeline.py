@@ -51,9 +51,9 @@ class Launch:
     count: int = 1
     collective: bool = False
     ifa_overhead: bool = False
+    graph_break: bool = False   # the host runs each layer's attention outside the graph (Stack.layer_host_us)
     code_ops: float = 0.0          # the model code's operations per run charged host_op_us (eager stacks)
     code_dispatches: float = 0.0   # how many of them launch a kernel: each a dispatch_us as well
-    graph_break: bool = False   # the host runs each layer's attention outside the graph (Stack.layer_host_us)
 
 
 @dataclass(frozen=True)
@@ -131,12 +131,12 @@ class Stream:
         return self.free
 
     def run(self, device_us: float, count: int = 1, collective: bool = False, ifa_overhead: bool = False,
-            code_ops: float = 0.0, code_dispatches: float = 0.0, graph_break: bool = False) -> Placed:
+            graph_break: bool = False, code_ops: float = 0.0, code_dispatches: float = 0.0) -> Placed:
         """Place ``count`` runs of a kernel taking ``device_us`` each on the device (``ifa_overhead``:
-        the stack's per-run IncreFlashAttention overhead is charged on it; ``code_ops``,
-        ``code_dispatches``: the model code's host operations per run, `code_host_us`; ``graph_break``:
-        it opens a layer's attention, which a graph cut at the attention runs from the host,
-        ``Stack.layer_host_us`` before each run)."""
+        the stack's per-run IncreFlashAttention overhead is charged on it; ``graph_break``: it opens a
+        layer's attention, which a graph cut at the attention runs from the host,
+        ``Stack.layer_host_us`` before each run; ``code_ops``, ``code_dispatches``: the model code's
+        host operations per run, `code_host_us`)."""
         c = int(count)
         if c <= 0:
             p = Placed(self.free, self.free, 0.0)
@@ -184,8 +184,8 @@ def run_in_order(kernels: Sequence[Launch], stack: Stack, start_us: float = 0.0)
     grouped = next((k.count for k in kernels if k.graph_break and k.count > 1), 0) if stack.layer_host_us else 0
     stream = Stream(stack, start_us)
     for k in kernels:
-        stream.run(k.device_us, k.count, k.collective, k.ifa_overhead, k.code_ops, k.code_dispatches,
-                   k.graph_break and not grouped)
+        stream.run(k.device_us, k.count, k.collective, k.ifa_overhead, k.graph_break and not grouped, k.code_ops,
+                   k.code_dispatches)
     tl = stream.timeline()
     return _cut_at_attention(tl, kernels, grouped, stack) if grouped else tl
 

@@ -225,3 +225,23 @@ def test_a_graph_whose_shapes_change_every_step_is_scheduled_from_the_host():
     assert run_in_order(tiny, graph).step_us == pytest.approx(200 * (1.0 + graph.launch_us))
     for name in ("torch_npu-eager", "atc-om", "vllm-ascend-aclgraph"):    # no such field, or not a graph
         assert get_stack(name).host_scheduled() == get_stack(name)
+
+
+def test_a_host_slower_per_kernel_is_placed_layer_by_layer_as_the_code_runs():
+    """Where the host's time per kernel is large (the model code on an eager host) the step's kernels
+    run in program order, layer after layer: the step is the longer of a layer's host and device
+    times, not each kernel's own longer one summed (the closed form over a kernel's runs)."""
+    from pypto_lab.llm.forward import layer_by_layer
+
+    stack = get_stack("torch_npu-eager").with_values(dispatch_us=0.0, launch_us=0.0)
+    # a layer: a long kernel (100 us, 5 us of host) and a short one with the code's host work (95 us)
+    kernels = [Launch(5.0), Launch(1.0, 10, code_ops=1), Launch(100.0, 10), Launch(5.0)]
+    stack = stack.with_values(host_op_us=95.0)
+    order = layer_by_layer(kernels, 10)
+    assert [k.count for k in order] == [1] + [1, 1] * 10 + [1]
+    assert order[1].code_ops == 1 and order[2].device_us == 100.0
+    grouped = run_in_order(kernels, stack).step_us
+    interleaved = run_in_order(order, stack).step_us
+    assert grouped == pytest.approx(10 * 95.0 + 1.0 + 10 * 100.0 + 5.0)   # the long kernels wait for all the host work
+    assert interleaved == pytest.approx(95.0 + 10 * 101.0 + 5.0)      # the host works while they run
+    assert layer_by_layer(kernels, 1) == kernels

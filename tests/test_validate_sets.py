@@ -229,19 +229,21 @@ def test_an_eager_decode_step_runs_the_model_codes_operations_on_the_host():
 
 def test_chatglm3s_growing_cache_makes_its_graph_host_scheduled():
     """ChatGLM3's port compiles with dynamic=True over a cache grown by torch.cat: a new input shape
-    every step, so GE schedules the graph from the host kernel by kernel; a cache written in place
-    keeps a static graph."""
+    every step, so GE schedules the graph from the host kernel by kernel, the host running ahead; at
+    the stack's per-kernel figure the device hides it, at a slower host the step is the host's. A
+    cache written in place keeps a static graph."""
     chip = llm_rows.atlas_800i_a2()
     graph = get_stack("torchair-graph")
     kw = dict(batch=1, prompt_len=1024, output_len=4, chip=chip, precision="fp16", kv_impl="concat-expand")
-    host = simulate_generation("chatglm3-6b", stack=graph, **kw)
     sunk = simulate_generation("chatglm3-6b", stack=graph.with_values(dynamic_shape_dispatch_us=0.0), **kw)
+    host = simulate_generation("chatglm3-6b", stack=graph, **kw)
+    slow = simulate_generation("chatglm3-6b", stack=graph.with_values(dynamic_shape_dispatch_us=200.0), **kw)
     runs = sum(k.count for k in host.decode_kernels)
-    assert sunk.tpot_ms < host.tpot_ms < sunk.tpot_ms + runs * graph.dynamic_shape_dispatch_us / 1000
+    assert sunk.tpot_ms <= host.tpot_ms < sunk.tpot_ms * 1.01              # hidden behind the device
+    assert slow.tpot_ms >= runs * 0.2 > sunk.tpot_ms                       # host-bound: every kernel's dispatch
     kw["kv_impl"] = "in-place"
-    assert (simulate_generation("chatglm3-6b", stack=graph, **kw).tpot_ms
-            == pytest.approx(simulate_generation("chatglm3-6b", stack=graph.with_values(dynamic_shape_dispatch_us=0.0),
-                                                 **kw).tpot_ms))
+    assert (simulate_generation("chatglm3-6b", stack=graph.with_values(dynamic_shape_dispatch_us=200.0), **kw).tpot_ms
+            == pytest.approx(simulate_generation("chatglm3-6b", stack=graph, **kw).tpot_ms))
     rows = {r["id"]: r for r in llm_rows.read_rows()}
     [c] = llm_rows.fixed_batch([rows["89"]])
     assert any("dynamic-shape graph" in m for m in c.mechanisms)

@@ -17,6 +17,7 @@ experts and back by all-to-all. A layer is costed once and counted ``layers`` ti
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import Counter
 from collections.abc import Sequence
@@ -571,8 +572,32 @@ def step_timeline(kernels: Sequence[CostedKernel], stack: Stack, code: ModelCode
         stack = stack.host_scheduled()
     brk = _graph_break(kernels) if stack.layer_host_us else -1
     extra = code_launches(kernels, code)
-    return run_in_order([Launch(k.cost.time_us, k.count, k.collective, k.spec.ifa_overhead, i == brk, ops, disp)
-                         for i, (k, (ops, disp)) in enumerate(zip(kernels, extra))], stack)
+    launches = [Launch(k.cost.time_us, k.count, k.collective, k.spec.ifa_overhead, i == brk, ops, disp)
+                for i, (k, (ops, disp)) in enumerate(zip(kernels, extra))]
+    if (code is not None and stack.runs == "eager") or (dynamic_shapes and stack.dispatch_us):
+        launches = layer_by_layer(launches, next((k.count for k in kernels if k.name == "MatMul_qkv"), 0))
+    return run_in_order(launches, stack)
+
+
+def layer_by_layer(launches: Sequence[Launch], layers: int) -> list[Launch]:
+    """The step's launches in program order: each kernel run once per layer (``count`` a multiple of
+    ``layers``: that many runs per layer) placed layer after layer, the others where they are (the
+    ones before the first layer's kernel first, the rest after the last layer). A host dispatching
+    every kernel while the device runs the ones before it then bounds the step by the longer of the
+    layer's host and device times, as the real interleaving does; grouping a kernel's runs over the
+    layers (the closed form) charges each kernel the longer of its own host and device times, which
+    overstates a step mixing long and short kernels. Used where the host's time per kernel is large
+    (the model code on an eager host, a host-scheduled graph)."""
+    if layers <= 1:
+        return list(launches)
+    inside = [i for i, k in enumerate(launches) if k.count >= layers and k.count % layers == 0]
+    if not inside:
+        return list(launches)
+    first = inside[0]
+    before = [k for i, k in enumerate(launches) if i < first and i not in inside]
+    after = [k for i, k in enumerate(launches) if i > first and i not in inside]
+    layer = [dataclasses.replace(launches[i], count=launches[i].count // layers) for i in inside]
+    return before + layer * layers + after
 
 
 def step_time_us(kernels: Sequence[CostedKernel], stack: Stack, code: ModelCode | None = None,
@@ -587,5 +612,6 @@ def hw_step_time_us(kernels: Sequence[CostedKernel], hw: Hardware) -> float:
 
 
 __all__ = ["MODEL_CODE", "Hardware", "KV_DTYPES", "ModelCode", "PRECISIONS", "check_hardware", "code_launches",
-           "expected_expert_load", "forward_kernels", "hw_step_time_us", "is_dsa", "linear_layers", "step_time_us",
+           "expected_expert_load", "forward_kernels", "hw_step_time_us", "is_dsa", "layer_by_layer", "linear_layers",
+           "step_time_us",
            "step_timeline"]

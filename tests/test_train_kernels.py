@@ -90,3 +90,31 @@ def test_mindspeed_runs_adamw_one_kernel_per_parameter_tensor_and_eager_one_over
     # the same elements either way; each of MindSpeed's kernels is dispatched by the host
     assert per_tensor.kernel.spec.numel * tensors <= flat.kernel.spec.numel
     assert ms.optimizer_ms > eager.optimizer_ms
+
+
+def test_eager_training_is_host_bound_when_kernels_are_shorter_than_their_dispatch():
+    """torch_npu eager dispatches every kernel from the host (the stack's ``dispatch_us``); the
+    task queue lets the host run ahead, so a step of long kernels hides it and a step of short ones
+    is the host's dispatch time."""
+    import torch
+    from torch import nn
+
+    from pypto_lab.stack import get_stack
+    from pypto_lab.train import simulate_step
+
+    eager = get_stack("torch_npu-eager")
+    free = eager.with_values(dispatch_us=0.0)
+    f = torch.nn.functional.cross_entropy
+
+    def step(width, batch, stack):
+        model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10))
+        rep = simulate_step(model, (torch.randn(batch, width), torch.randint(0, 10, (batch,))), f,
+                            optimizer="sgd", stack=stack)
+        return rep
+
+    small, small_free = step(64, 4, eager), step(64, 4, free)
+    n = sum(k.count for k in small.kernels)
+    assert small.step_ms > 2 * small_free.step_ms
+    assert small.step_ms == pytest.approx(n * eager.dispatch_us / 1e3, rel=0.3)
+    big, big_free = step(4096, 8192, eager), step(4096, 8192, free)
+    assert big.step_ms < 1.1 * big_free.step_ms

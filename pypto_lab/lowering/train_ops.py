@@ -93,6 +93,9 @@ def convolution_backward(graph: Graph, node: Node, chip: Chip, precision: Precis
     if mask[1]:   # dL/dW: the input's im2col rows (read through load3d) against the output gradient
         stride = int(node.args[4][0]) if len(node.args) > 4 and node.args[4] else 1
         split = filter_batch_split(chip, groups, cin_g * kh * kw, max(1, cout // groups), n)
+        if split > 1:   # the atomically added output zeroed first: the operator's MemSet task (msprof-analyze
+            # test/ut/advisor/timeline_advice/trace_view.json@8399c1cd: Conv2DBackpropFilter6_MemSet before each)
+            specs.append(vector_spec("MemSet", ("copy",), cout * cin_g * kh * kw, "fp32", "fp32", 0))
         specs.append(CubeKernel("Conv2DBackpropFilter", groups * split, cin_g * kh * kw, n * ho * wo // split,
                                 max(1, cout // groups), precision.cube, "fp32" if split > 1 else precision.cube_out,
                                 im2col=Im2col(w=wd, wo=wo, kh=kh, kw=kw, stride=stride, along_k=True)))

@@ -22,7 +22,9 @@ run as written; the article's prose-only sections (9.1's strategies) have no cod
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import torch
@@ -31,6 +33,7 @@ import torchvision
 import pypto_lab as pypto
 
 OUT = tempfile.mkdtemp(prefix="pypto_lab_seed_")
+atexit.register(shutil.rmtree, OUT, ignore_errors=True)
 os.environ.setdefault("PYPTO_LAB_TUNING_CACHE", os.path.join(OUT, "tuning.json"))
 torch.manual_seed(0)
 

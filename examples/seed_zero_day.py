@@ -21,7 +21,9 @@ Ascend's profiler, whose outputs ``pypto-lab run`` writes itself (``--output``: 
 kernel_details.csv); §3.4 (MindIE / Triton serving) is prose: ``pypto-lab serve`` simulates serving.
 """
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import torch
@@ -48,6 +50,7 @@ class _DecoderLayer(torch.nn.Module):
 
 
 _dir = tempfile.mkdtemp(prefix="pypto_lab_seed2_")
+atexit.register(shutil.rmtree, _dir, ignore_errors=True)
 os.chdir(_dir)
 torch.manual_seed(0)
 torch.jit.trace(_DecoderLayer().eval(), torch.randn(1, seq_len, hidden_size)).save(

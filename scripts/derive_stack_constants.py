@@ -5,16 +5,20 @@
     python scripts/derive_stack_constants.py --check    # exit 1 unless the presets carry them
 
 1. The eager stacks' ``dispatch_us``, torch_npu's host time to dispatch one kernel (below).
-2. ``torchair-graph``'s ``aicpu_tiling_us``: the device time of IncreFlashAttention's tiling on the
-   AICPU before each launch. torchair's LLM READMEs (Ascend/torchair@770a4d54
-   npu_tuned_model/llm/{llama,qwen}/README.md, "IFA算子计算优化+tiling全下沉") pass
-   ``actual_seq_lengths`` to IncreFlashAttention and turn on ``tiling_schedule_optimize``, which moves
-   its tiling to the AICPU ("将IFA算子的tiling计算转移到AICPU侧异步执行"); no figure for that
-   task's time is published. It is one constant of the stack, shared by every model and chip,
-   fitted (least squares on relative error) to the published decode-step latencies of that README
-   family (`pypto_lab.validation.llm_rows.fit_rows`: graph mode, models not held back), with the
-   engine's decode step simulated without it; the leave-one-model-out values show how much it
-   depends on any one model.
+2. ``torchair-graph``'s ``ifa_overhead_us``: device time per run of IncreFlashAttention over a
+   preallocated KV cache that the chip model does not produce. It was first taken for the AICPU
+   tiling of the tiling sink ("IFA算子计算优化+tiling全下沉", torchair's Llama and Qwen2 READMEs),
+   but the READMEs' own history says otherwise: the Qwen2 batch-size tables (Ascend/torchair@e45676cf,
+   2024-07-08) were measured before that port passed actual_seq_lengths or set
+   tiling_schedule_optimize (81386be4, 2024-07-29) and need the same per-layer time, and
+   Llama-3-70B's decode moved by at most 2 ms per step when its README switched the sink on
+   (npu_tuned_model/llm/llama/README.md at 22b4b38e: 37.4-48.2 ms at batch 1-32, at 72c6c63d:
+   37-48 ms), where an AICPU tiling of this size would add 9 ms. Its origin is not identified. It
+   is one constant of the stack, shared by every model and chip, fitted (least squares on relative
+   error) to the published decode-step latencies of that README family
+   (`pypto_lab.validation.llm_rows.fit_rows`: graph mode, models not held back), with the engine's
+   decode step simulated without it; the leave-one-model-out values show how much it depends on
+   any one model.
 
 No public figure gives torch_npu's per-operator dispatch time (its TASK_QUEUE_ENABLE docs and the
 MindStudio host-bound guides describe the mechanism without a number). One public log measures a
@@ -78,11 +82,11 @@ def derive(chip: str = DEFAULT_CHIP) -> dict:
             "dispatch_us": round((lo + hi) / 2, 1), "chip": chip}
 
 
-def derive_aicpu_tiling() -> dict:
-    """torchair-graph's aicpu_tiling_us fitted to the published decode rows, and its leave-one-model-out values."""
+def derive_ifa_overhead() -> dict:
+    """torchair-graph's ifa_overhead_us fitted to the published decode rows, and its leave-one-model-out values."""
     from pypto_lab.validation.llm_rows import (
         GRAPH_STACK,
-        fit_aicpu_tiling,
+        fit_ifa_overhead,
         fit_rows,
         fixed_batch,
         is_fixed_batch,
@@ -92,10 +96,10 @@ def derive_aicpu_tiling() -> dict:
 
     rows = [r for r in read_rows() if is_fixed_batch(r) and r["metric"].startswith("decode")
             and row_stack(r) == GRAPH_STACK]
-    base = fixed_batch(rows, overrides={GRAPH_STACK: {"aicpu_tiling_us": 0.0}})
-    t, lomo = fit_aicpu_tiling(base)
+    base = fixed_batch(rows, overrides={GRAPH_STACK: {"ifa_overhead_us": 0.0}})
+    t, lomo = fit_ifa_overhead(base)
     used = fit_rows(base)
-    return {"aicpu_tiling_us": round(t, 1), "lomo": {m: round(v, 1) for m, v in lomo.items()},
+    return {"ifa_overhead_us": round(t, 1), "lomo": {m: round(v, 1) for m, v in lomo.items()},
             "rows": [f"{c.model} {c.row}" for c in used], "models": sorted({c.model for c in used})}
 
 
@@ -108,16 +112,16 @@ def main() -> int:
           f"step of qwen2-0.5b at batch {PROMPTS}: {d['kernel_runs']} kernel runs, {d['device_busy_ms']:.2f} ms of "
           f"device time on {d['chip']} with the stack's launches")
     print(f"dispatch_us = {d['dispatch_us']:.1f}  (host time per kernel that makes the step take the median)")
-    a = derive_aicpu_tiling()
-    print(f"torchair-graph aicpu_tiling_us = {a['aicpu_tiling_us']:.1f}  (fitted on {len(a['rows'])} decode rows of "
+    a = derive_ifa_overhead()
+    print(f"torchair-graph ifa_overhead_us = {a['ifa_overhead_us']:.1f}  (fitted on {len(a['rows'])} decode rows of "
           f"{', '.join(a['models'])}; leave one model out: "
           + ", ".join(f"without {m} {v:.1f}" for m, v in a["lomo"].items()) + ")")
     if args.check:
         bad = [(n, "dispatch_us", get_stack(n).dispatch_us, d["dispatch_us"]) for n in EAGER_STACKS
                if abs(get_stack(n).dispatch_us - d["dispatch_us"]) > 0.05]
-        if abs(get_stack("torchair-graph").aicpu_tiling_us - a["aicpu_tiling_us"]) > 0.05:
-            bad.append(("torchair-graph", "aicpu_tiling_us", get_stack("torchair-graph").aicpu_tiling_us,
-                        a["aicpu_tiling_us"]))
+        if abs(get_stack("torchair-graph").ifa_overhead_us - a["ifa_overhead_us"]) > 0.05:
+            bad.append(("torchair-graph", "ifa_overhead_us", get_stack("torchair-graph").ifa_overhead_us,
+                        a["ifa_overhead_us"]))
         for name, key, value, derived in bad:
             print(f"{name}: {key} = {value}, derived {derived:.1f}: update the preset's value")
         return 1 if bad else 0

@@ -6,9 +6,11 @@ A fuzz test per reader (hypothesis), then the cases issue 30 names one by one.""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,6 +39,7 @@ from pypto_lab.llm import KNOWN_MODELS, LLMConfigError, spec_of
 from pypto_lab.llm.serving import ServingConfigError, read_trace
 
 SCRATCH = Path(tempfile.mkdtemp(prefix="pypto_lab_fuzz_"))
+atexit.register(shutil.rmtree, SCRATCH, ignore_errors=True)
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                          HealthCheck.too_slow])
 

@@ -57,49 +57,74 @@ def test_the_additive_fit_recovers_a_known_constant_and_leaves_each_model_out():
     pts = [(20.0, 28, 22.8), (30.0, 80, 38.0), (40.0, 80, 48.0)]
     assert llm_rows.solve_additive(pts) == pytest.approx(100.0)
     assert llm_rows.solve_additive([(20.0, 28, 19.0)]) == 0.0          # never a negative time
-    rows = [_c(model=m, stack=llm_rows.GRAPH_STACK, published=p, value_tiling_runs=n) for m, (_, n, p) in
+    rows = [_c(model=m, stack=llm_rows.GRAPH_STACK, published=p, ifa_runs=n) for m, (_, n, p) in
             zip(("a", "b", "c"), pts)]
     for r, (b, _, _) in zip(rows, pts):
         r.simulated = b
-    t, lomo = llm_rows.fit_aicpu_tiling(rows)
+    t, lomo = llm_rows.fit_ifa_overhead(rows)
     assert t == pytest.approx(100.0) and lomo == pytest.approx({"a": 100.0, "b": 100.0, "c": 100.0})
 
 
 def test_leave_one_model_out_refits_the_stack_constant_without_the_rows_model():
-    stack = get_stack(llm_rows.GRAPH_STACK).with_values(aicpu_tiling_us=100.0, name=llm_rows.GRAPH_STACK)
+    stack = get_stack(llm_rows.GRAPH_STACK).with_values(ifa_overhead_us=100.0, name=llm_rows.GRAPH_STACK)
     # model a needs 200 us per run, model b 0 us: each refit without one model is the other's value
-    a = _c(model="a", stack=stack.name, published=40.0, value_tiling_runs=50)
-    b = _c(model="b", stack=stack.name, published=30.0, value_tiling_runs=50)
+    a = _c(model="a", stack=stack.name, published=40.0, ifa_runs=50)
+    b = _c(model="b", stack=stack.name, published=30.0, ifa_runs=50)
     a.simulated, b.simulated = 30.0 + 5.0, 30.0 + 5.0            # simulated with 100 us: base 30 ms each
     fitted = llm_rows.with_leave_one_model_out([a, b], stack)
-    assert fitted.value == 100.0 and fitted.name == "aicpu_tiling_us"
+    assert fitted.value == 100.0 and fitted.name == "ifa_overhead_us"
     assert a.lomo_simulated == pytest.approx(30.0) and b.lomo_simulated == pytest.approx(40.0)
 
 
-def test_a_stack_runs_a_value_dependent_tiling_on_the_aicpu_before_each_launch():
-    stack = get_stack("torchair-graph").with_values(aicpu_tiling_us=50.0, launch_us=2.0)
+def test_a_stack_charges_its_incre_flash_attention_overhead_on_each_run():
+    stack = get_stack("torchair-graph").with_values(ifa_overhead_us=50.0, launch_us=2.0)
     plain = run_in_order([Launch(10.0, 4)], stack)
-    tiled = run_in_order([Launch(10.0, 4, value_tiling=True)], stack)
-    comm = run_in_order([Launch(10.0, 4, collective=True, value_tiling=True)], stack)
+    ifa = run_in_order([Launch(10.0, 4, ifa_overhead=True)], stack)
+    comm = run_in_order([Launch(10.0, 4, collective=True, ifa_overhead=True)], stack)
     assert plain.step_us == pytest.approx(4 * 12.0)
-    assert tiled.step_us == pytest.approx(4 * 62.0)
+    assert ifa.step_us == pytest.approx(4 * 62.0)
     assert comm.step_us == pytest.approx(40.0)                      # HCCL launches its own
-    assert get_stack("vllm-ascend-aclgraph").aicpu_tiling_us == 0.0  # absent from a preset: none
+    assert get_stack("vllm-ascend-aclgraph").ifa_overhead_us == 0.0  # absent from a preset: none
 
 
-def test_the_torchair_graph_decode_step_pays_the_aicpu_tiling_once_per_layer():
+def test_the_torchair_graph_decode_step_pays_the_ifa_overhead_once_per_layer():
     chip = llm_rows.atlas_800i_a2()
     stack = get_stack("torchair-graph")
     kw = dict(batch=1, prompt_len=128, output_len=8, chip=chip, precision="bf16")
-    with_tiling = simulate_generation("qwen2-7b", stack=stack, **kw)
-    without = simulate_generation("qwen2-7b", stack=stack.with_values(aicpu_tiling_us=0.0), **kw)
-    assert with_tiling.tpot_ms - without.tpot_ms == pytest.approx(28 * stack.aicpu_tiling_us / 1000, rel=1e-6)
-    assert with_tiling.ttft_ms == pytest.approx(without.ttft_ms)     # prefill runs PromptFlashAttention
+    with_it = simulate_generation("qwen2-7b", stack=stack, **kw)
+    without = simulate_generation("qwen2-7b", stack=stack.with_values(ifa_overhead_us=0.0), **kw)
+    assert with_it.tpot_ms - without.tpot_ms == pytest.approx(28 * stack.ifa_overhead_us / 1000, rel=1e-6)
+    assert with_it.ttft_ms == pytest.approx(without.ttft_ms)         # prefill runs PromptFlashAttention
+    full = simulate_generation("qwen2-7b", stack=stack, kv_impl="in-place-full", **kw)
+    cat = simulate_generation("qwen2-7b", stack=stack, kv_impl="concat-expand", **kw)
+    assert sum(k.count for k in full.decode_kernels if k.spec.ifa_overhead) == 28      # a preallocated cache
+    assert not any(k.spec.ifa_overhead for k in cat.decode_kernels)                     # grown by concatenation
+
+
+def test_attention_without_actual_lengths_reads_the_whole_preallocated_cache():
+    # torchair's Qwen2 port as its batch tables were measured: no actual_seq_lengths, so every decode
+    # step's IncreFlashAttention reads the cache allocated for prompt + output tokens, whatever the context
+    chip = llm_rows.atlas_800i_a2()
+    stack = get_stack("torchair-graph").with_values(ifa_overhead_us=0.0)
+    kw = dict(batch=16, prompt_len=1024, output_len=1024, chip=chip, precision="bf16", stack=stack)
+    used = simulate_generation("qwen2-7b", **kw)
+    full = simulate_generation("qwen2-7b", kv_impl="in-place-full", **kw)
+    [ifa] = [k.spec for k in full.decode_kernels if k.name == "IncreFlashAttention"]
+    assert ifa.context == 2048 and not ifa.actual_lengths and ifa.preallocated
+    steps = [t for _, t in full.step_vs_context]
+    assert max(steps) == pytest.approx(min(steps))              # the same cache read at every context
+    assert full.tpot_ms > used.tpot_ms and full.ttft_ms == pytest.approx(used.ttft_ms)
+    from pypto_lab.llm.configs import spec_of
+    from pypto_lab.llm.engine import hardware
+    from pypto_lab.llm.forward import forward_kernels
+    hw = hardware(chip, precision="bf16", stack=stack, kv_impl="in-place-full")   # no capacity given
+    with pytest.raises(LLMConfigError, match="kv_capacity = 0: .*in-place-full.*Fix: .*kv_capacity"):
+        forward_kernels(spec_of("qwen2-7b"), hw, decode=[1500])
 
 
 def test_concatenating_and_expanding_the_cache_costs_the_copies_the_code_makes():
     chip = llm_rows.atlas_800i_a2()
-    stack = get_stack("torchair-graph").with_values(aicpu_tiling_us=0.0)   # the copies alone
+    stack = get_stack("torchair-graph").with_values(ifa_overhead_us=0.0)   # the copies alone
     kw = dict(batch=8, prompt_len=512, output_len=8, chip=chip, precision="fp16", stack=stack)
     in_place = simulate_generation("chatglm3-6b", **kw)
     concat = simulate_generation("chatglm3-6b", kv_impl="concat-expand", **kw)
@@ -120,12 +145,13 @@ def test_concatenating_and_expanding_the_cache_costs_the_copies_the_code_makes()
 
 def test_each_fixed_batch_row_runs_on_its_stack_with_its_code():
     rows = {r["id"]: r for r in llm_rows.read_rows()}
-    assert llm_rows.row_stack(rows["65"]) == "torchair-graph" and llm_rows.row_kv_impl(rows["65"]) == "in-place"
+    assert llm_rows.row_stack(rows["65"]) == "torchair-graph" and llm_rows.row_kv_impl(rows["65"]) == "in-place-full"
+    assert llm_rows.row_kv_impl(rows["41"]) == "in-place"          # Llama: measured with actual_seq_lengths
     assert llm_rows.row_stack(rows["103"]) == "torch_npu-eager"
     assert llm_rows.row_kv_impl(rows["89"]) == "concat-expand"      # torchair's ChatGLM3 port
     [c] = llm_rows.fixed_batch([rows["65"]])
-    assert c.stack == "torchair-graph" and c.value_tiling_runs == 28 and c.regime == "LLM decode (TPOT)"
-    assert any("AICPU" in m for m in c.mechanisms) and not c.held_back
+    assert c.stack == "torchair-graph" and c.ifa_runs == 28 and c.regime == "LLM decode (TPOT)"
+    assert any("whole preallocated cache" in m for m in c.mechanisms) and not c.held_back
     [h] = llm_rows.fixed_batch([rows["53"]])
     assert h.held_back and h.model in llm_rows.HELD_BACK
 

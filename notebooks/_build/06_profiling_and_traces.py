@@ -291,7 +291,8 @@ simulates at most 4 per kernel. The results go to a JSON cache, here in a tempor
 code("""
 before = {k.name: k for k in om.report().kernels if k.unit == "cube"}
 latency_before = om.report().latency_us
-cache_dir = tempfile.mkdtemp(prefix="pypto_tune_")
+tuning_dir = tempfile.TemporaryDirectory(prefix="pypto_tune_")   # removed when the kernel stops
+cache_dir = tuning_dir.name
 cache_file = Path(cache_dir) / "tuning.json"
 result = tuning.auto_tune(om, tune_config={"level": "fast"}, cache_path=cache_file)
 after = {k.name: k for k in om.report().kernels if k.unit == "cube"}

@@ -56,7 +56,8 @@ from pypto_lab import ChipConfigError, get_chip
 from pypto_lab import explore as ex
 
 BASE = "Ascend910B1"
-CACHE = tempfile.mkdtemp(prefix="pypto_sweep_")   # a fresh cache: this notebook computes every point once
+CACHE_DIR = tempfile.TemporaryDirectory(prefix="pypto_sweep_")   # removed when the kernel stops
+CACHE = CACHE_DIR.name   # a fresh cache: this notebook computes every point once
 pd.set_option("display.width", 140)
 """)
 

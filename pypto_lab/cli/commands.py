@@ -139,8 +139,8 @@ def stack_table() -> str:
     for name in list_stacks():
         s = get_stack(name)
         rows.append([name, s.runs, f"{s.dispatch_us:g}", f"{s.launch_us:g}", f"{s.step_host_us:g}",
-                     f"{s.aicpu_tiling_us:g}", "yes" if s.host_device_overlap else "no", ", ".join(sorted(s.fusions))])
-    return _table(["stack", "runs", "dispatch us", "launch us", "step host us", "aicpu tiling us", "overlap",
+                     f"{s.ifa_overhead_us:g}", "yes" if s.host_device_overlap else "no", ", ".join(sorted(s.fusions))])
+    return _table(["stack", "runs", "dispatch us", "launch us", "step host us", "ifa overhead us", "overlap",
                    "fusions"], rows, "llrrrrll")
 
 

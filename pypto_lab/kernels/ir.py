@@ -54,7 +54,13 @@ class KernelSpec:
     @property
     def value_tiling(self) -> bool:
         """Whether its tiling reads run-time values (not only shapes), so a graph must tile it at
-        each run (on the host, or on the AICPU with tiling sink: `Stack.aicpu_tiling_us`)."""
+        each run (on the host, or on the AICPU with tiling sink)."""
+        return False
+
+    @property
+    def ifa_overhead(self) -> bool:
+        """Whether a stack's per-run IncreFlashAttention overhead (`Stack.ifa_overhead_us`) is
+        charged on it: IncreFlashAttention over a preallocated KV cache."""
         return False
 
 
@@ -226,7 +232,11 @@ class IncreAttentionKernel(KernelSpec):
     """IncreFlashAttention (PagedAttention), one decode step: for each of ``seqs`` sequences, the
     ``group`` query heads sharing a KV head attend over its ``context`` cached tokens (GQA packs
     them as the rows of one block, so the cache is read once per KV head). ``kv_dtype`` is what the
-    cache holds; an int8 cache halves a memory-bound kernel's bytes."""
+    cache holds; an int8 cache halves a memory-bound kernel's bytes. ``actual_lengths``: the call
+    passes actual_seq_lengths, so the kernel reads only each cache's used part (``context`` is that
+    part); without them it reads the whole cache tensor it is given (``context`` is its length).
+    ``preallocated``: the cache is a tensor of fixed shape written in place (False: a cache grown by
+    concatenation, a new shape every step)."""
 
     kind: ClassVar[str] = "incre_attention"
     seqs: int
@@ -237,6 +247,7 @@ class IncreAttentionKernel(KernelSpec):
     dtype: str
     kv_dtype: str = "fp16"
     actual_lengths: bool = True      # the call passes actual_seq_lengths (the kernel reads only each cache's used part)
+    preallocated: bool = True        # a fixed-shape cache written in place (not concatenated each step)
 
     def __post_init__(self):
         _positive("IncreFlashAttention", seqs=self.seqs, kv_heads=self.kv_heads, group=self.group,
@@ -259,6 +270,10 @@ class IncreAttentionKernel(KernelSpec):
     @property
     def value_tiling(self) -> bool:
         return self.actual_lengths
+
+    @property
+    def ifa_overhead(self) -> bool:
+        return self.preallocated
 
 
 @dataclass(frozen=True)

@@ -283,6 +283,8 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
         plugged = resolve(spec, hw, kernels)
     check_positions(spec.name, spec.max_positions, prompt_len, output_len)
     total = prompt_len + output_len
+    if hw.kv_impl == "in-place-full":      # the cache is allocated for the whole generation
+        hw = dataclasses.replace(hw, kv_capacity=total)
     use = check_fits(spec, hw, batch, total, prompt_len, hbm_utilization)
     b = _split(batch, hw)
     prefill = forward_kernels(spec, hw, prefill=[(prompt_len, 0)] * b, strategy="exact",   # one step: simulated

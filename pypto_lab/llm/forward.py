@@ -55,14 +55,26 @@ KV_IMPLS = {
     # ports (Ascend/torchair@770a4d54 npu_tuned_model/llm/{llama,qwen}/modeling_*.py:
     # torch_npu.scatter_update_ then npu_incre_flash_attention(..., num_key_value_heads=...))
     "in-place": "keys and values written into the cache in place; attention reads each KV head once",
+    # the same, into a cache preallocated for the whole generation (``kv_capacity`` tokens per sequence),
+    # but IncreFlashAttention is called without actual_seq_lengths, so every step it reads the whole
+    # cache tensor (the unused and padded positions masked): torchair's Qwen2 port as its batch-size
+    # tables were measured (Ascend/torchair@e45676cf, 2024-07-08, npu_tuned_model/llm/qwen/modeling_qwen2.py:
+    # npu_incre_flash_attention(..., atten_mask=attention_mask) on past_key_value of
+    # max_position_embeddings = input_max_len + max_new_tokens positions; actual_seq_lengths and
+    # kv_padding_size came with 81386be4, 2024-07-29, "IFA算子在进行增量计算时，由于输出做了padding，
+    # 导致存在冗余的计算")
+    "in-place-full": "keys and values written into a cache preallocated for the whole generation; attention "
+                     "reads the whole cache every step (no actual_seq_lengths)",
     # the cache grows by torch.cat every step (the whole cache read and written again), then keys and
-    # values are expanded to every query head and made contiguous, then permuted to BNSD and made
-    # contiguous again before attention (charged as one copy: `_concat_expand_copies`): THUDM's modeling_chatglm.py as torchair's ChatGLM3 port runs
-    # it (Ascend/torchair@770a4d54 npu_tuned_model/llm/chatglm/modeling_chatglm.py, SelfAttention.forward:
-    # torch.cat((cache_k, key_layer)), key_layer.expand(...).contiguous(); CoreAttention.forward:
-    # permute(1, 2, 0, 3) ... .contiguous() before npu_incre_flash_attention)
+    # values are expanded to every query head and made contiguous before attention (one copy:
+    # `_concat_expand_copies`): THUDM's modeling_chatglm.py as torchair's ChatGLM3 port runs it
+    # (Ascend/torchair@770a4d54 npu_tuned_model/llm/chatglm/modeling_chatglm.py, SelfAttention.forward:
+    # torch.cat((cache_k, key_layer)), key_layer.expand(...).contiguous()), with the README's last change
+    # applied, which its batch-size table was measured with (c7316848, 2024-09-29, "调整QKV的格式为BSND":
+    # the cache concatenated on the sequence axis of BSND tensors and the permute(...).contiguous()
+    # before npu_incre_flash_attention removed)
     "concat-expand": "cache grown by concatenation each step; keys and values copied out to every query head "
-                     "(BNSD) before attention",
+                     "before attention",
 }
 
 
@@ -80,6 +92,7 @@ class Hardware:
     kv_dtype: str = "fp16"
     stack: Stack = field(default_factory=lambda: get_stack(DEFAULT_LLM_STACK))
     kv_impl: str = "in-place"
+    kv_capacity: int = 0        # tokens per sequence of a preallocated cache read whole ("in-place-full")
 
     @property
     def act_dtype(self) -> str:
@@ -296,10 +309,9 @@ def _concat_expand_copies(hw: Hardware, prefill, decode, ctx: int, heads: int, k
     """The copies of the ``concat-expand`` KV implementation (`KV_IMPLS`), per layer: the decode
     step's torch.cat of each sequence's cache (``ctx - 1`` cached tokens and the new one, keys and
     values) into a new cache of ``ctx`` tokens; then keys and values expanded to every query head
-    and laid out as BNSD for attention. The code writes the expansion twice (``expand(...)
-    .contiguous()``, then ``permute(...).contiguous()``); the graph compiler keeps one copy, since
-    the first one's only user is the second (an assumption: GE's passes are not public in this
-    detail), reading the ``kvh`` source heads and writing all ``heads``. A prefill chunk has no cache
+    (``expand(...).contiguous()``: one copy reading the ``kvh`` source heads and writing all
+    ``heads``; the BSND layout of the README's last version needs no permute after it, where the
+    modeling file's BNSD one made a second copy). A prefill chunk has no cache
     to concatenate yet: its keys and values are only expanded. The expansion is charged as a copy
     kernel moving the same bytes (``(read + written) / 2`` elements)."""
     ab, kvb, dt = hw.act_bytes, KV_DTYPES[hw.kv_dtype], hw.act_dtype
@@ -387,10 +399,21 @@ def _forward_kernels(spec: LLMSpec, hw: Hardware, prefill, decode, costed: bool,
             add("PromptFlashAttention", "attention", _prompt_attention(n, heads, chunk, past, d, hw.act_dtype), L, n * chunk * heads * d * 2 * ab)
         if decode:
             group = max(1, heads // attn_kvh)
-            # the concat-expand code passes no actual_seq_lengths: its cache is exactly the context
+            # the concat-expand code passes no actual_seq_lengths: its cache is exactly the context;
+            # in-place-full passes none either: the kernel reads the whole preallocated cache
+            read = max(1, ctx)
+            if hw.kv_impl == "in-place-full":
+                if hw.kv_capacity < int(max(decode)):
+                    raise LLMConfigError(
+                        "kv_capacity", hw.kv_capacity, f"kv_impl 'in-place-full' reads the whole preallocated cache, "
+                        f"which must hold every context of the step (the longest is {int(max(decode))} tokens)",
+                        hint="set Hardware.kv_capacity to the tokens per sequence the cache is allocated for "
+                             "(simulate_generation sets prompt_len + output_len)")
+                read = hw.kv_capacity
             add("IncreFlashAttention", "attention", IncreAttentionKernel(
-                len(decode), attn_kvh, group, max(1, ctx), d, hw.act_dtype, hw.kv_dtype,
-                actual_lengths=hw.kv_impl != "concat-expand"), L, len(decode) * heads * d * 2 * ab)
+                len(decode), attn_kvh, group, read, d, hw.act_dtype, hw.kv_dtype,
+                actual_lengths=hw.kv_impl == "in-place", preallocated=hw.kv_impl != "concat-expand"), L,
+                len(decode) * heads * d * 2 * ab)
     vd = spec.v_head_dim if spec.is_mla else d
     if gated:
         add("Sigmoid_attention_gate", "gate", _vec("Mul", ("exp", "add", "div", "mul"), t * heads * d, hw.act_dtype,
@@ -446,7 +469,7 @@ def _forward_kernels(spec: LLMSpec, hw: Hardware, prefill, decode, costed: bool,
 def step_timeline(kernels: Sequence[CostedKernel], stack: Stack):
     """One forward pass under ``stack``: its kernels one after another on the card (each uses
     every core), each launched as the stack launches kernels (`pypto_lab.stack.timeline`)."""
-    return run_in_order([Launch(k.cost.time_us, k.count, k.collective, k.spec.value_tiling) for k in kernels], stack)
+    return run_in_order([Launch(k.cost.time_us, k.count, k.collective, k.spec.ifa_overhead) for k in kernels], stack)
 
 
 def step_time_us(kernels: Sequence[CostedKernel], stack: Stack) -> float:

@@ -13,10 +13,10 @@ decides what a kernel costs beyond its time on the AI cores:
   model execution's head cost);
 * ``host_device_overlap``: whether the host runs ahead of the device (an asynchronous task queue)
   or waits for each kernel;
-* ``aicpu_tiling_us`` (optional, 0 when absent): device time of a tiling run on the AICPU just
-  before its kernel, for the kernels whose tiling depends on run-time values (`KernelSpec.value_tiling`)
-  when the stack computes it on the device ("tiling sink": torchair's ``tiling_schedule_optimize``
-  moves IncreFlashAttention's tiling, which reads ``actual_seq_lengths``, to the AICPU);
+* ``ifa_overhead_us`` (optional, 0 when absent): device time per run of IncreFlashAttention over a
+  preallocated KV cache beyond the chip model's kernel time (`KernelSpec.ifa_overhead`): a fitted
+  constant of torchair's graph mode, whose origin is not identified (its preset says why it is not
+  the AICPU tiling it was first taken for);
 * ``fusions``: which fusions the stack's compiler or operator library applies (`FUSIONS`).
 
 Collectives are launched by HCCL: their launch cost is the topology's (``launch_us`` of
@@ -83,7 +83,7 @@ class Stack:
     step_host_us: float
     host_device_overlap: bool
     fusions: frozenset[str]
-    aicpu_tiling_us: float = 0.0
+    ifa_overhead_us: float = 0.0
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     path: str = field(default="", compare=False, repr=False)
 
@@ -123,15 +123,15 @@ class Stack:
 
     def summary(self) -> dict[str, Any]:
         return {"name": self.name, "runs": self.runs, "dispatch_us": self.dispatch_us, "launch_us": self.launch_us,
-                "step_host_us": self.step_host_us, "aicpu_tiling_us": self.aicpu_tiling_us,
+                "step_host_us": self.step_host_us, "ifa_overhead_us": self.ifa_overhead_us,
                 "host_device_overlap": self.host_device_overlap,
                 "fusions": sorted(self.fusions)}
 
 
-_NUMBERS = ("dispatch_us", "launch_us", "step_host_us", "aicpu_tiling_us")
+_NUMBERS = ("dispatch_us", "launch_us", "step_host_us", "ifa_overhead_us")
 _SCHEMA = {"name": str, "runs": str, "description": str, "dispatch_us": float, "launch_us": float,
-           "step_host_us": float, "host_device_overlap": bool, "fusions": list, "aicpu_tiling_us": float}
-_OPTIONAL = frozenset({"aicpu_tiling_us"})
+           "step_host_us": float, "host_device_overlap": bool, "fusions": list, "ifa_overhead_us": float}
+_OPTIONAL = frozenset({"ifa_overhead_us"})
 
 
 def _check_fusions(fusions: Any, where: str) -> frozenset[str]:
@@ -159,7 +159,7 @@ def load_stack(path: str | Path) -> Stack:
     if "stack" not in doc:
         raise r.fail("stack", None, "missing section", "add a [stack] table")
     s = r.section("stack", doc["stack"], _SCHEMA, optional=_OPTIONAL)
-    s.setdefault("aicpu_tiling_us", 0.0)
+    s.setdefault("ifa_overhead_us", 0.0)
     if s["runs"] not in RUNS:
         raise r.fail("stack.runs", s["runs"], "unknown way of running kernels", f"use one of {', '.join(RUNS)}")
     for key in _NUMBERS:
@@ -171,7 +171,7 @@ def load_stack(path: str | Path) -> Stack:
     return Stack(name=s["name"], runs=s["runs"], description=s["description"], dispatch_us=s["dispatch_us"],
                  launch_us=s["launch_us"], step_host_us=s["step_host_us"],
                  host_device_overlap=s["host_device_overlap"], fusions=fusions,
-                 aicpu_tiling_us=s["aicpu_tiling_us"], sources=MappingProxyType(r.sources), path=str(path))
+                 ifa_overhead_us=s["ifa_overhead_us"], sources=MappingProxyType(r.sources), path=str(path))
 
 
 _FOLDER = PresetFolder(STACK_DIR, lambda path: load_stack(path), StackConfigError, "stack")

@@ -26,13 +26,13 @@ from .preset import Stack
 @dataclass(frozen=True)
 class Launch:
     """What the stack needs of a kernel: its time on the device per run, how many runs in a row,
-    whether it is a collective (launched by HCCL), and whether its tiling reads run-time values (a
-    stack may run such a tiling on the AICPU before each launch: `Stack.aicpu_tiling_us`)."""
+    whether it is a collective (launched by HCCL), and whether the stack's per-run IncreFlashAttention
+    overhead is charged on it (`Stack.ifa_overhead_us`, `KernelSpec.ifa_overhead`)."""
 
     device_us: float
     count: int = 1
     collective: bool = False
-    value_tiling: bool = False
+    ifa_overhead: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,12 +73,12 @@ def host_waits(stack: Stack) -> bool:
     return stack.runs == "eager" and not stack.host_device_overlap
 
 
-def launch_cost(stack: Stack, collective: bool, value_tiling: bool = False) -> float:
+def launch_cost(stack: Stack, collective: bool, ifa_overhead: bool = False) -> float:
     """The stack's device-side launch of one kernel run (none for a collective: HCCL's is in its
-    time), with the AICPU tiling the stack runs first for a kernel whose tiling reads run-time values."""
+    time), with the stack's per-run overhead of IncreFlashAttention over a preallocated cache."""
     if collective:
         return 0.0
-    return stack.launch_us + (stack.aicpu_tiling_us if value_tiling else 0.0)
+    return stack.launch_us + (stack.ifa_overhead_us if ifa_overhead else 0.0)
 
 
 class Stream:
@@ -99,16 +99,16 @@ class Stream:
         """When the last kernel placed so far ends."""
         return self.free
 
-    def run(self, device_us: float, count: int = 1, collective: bool = False, value_tiling: bool = False) -> Placed:
-        """Place ``count`` runs of a kernel taking ``device_us`` each on the device (``value_tiling``:
-        its tiling reads run-time values)."""
+    def run(self, device_us: float, count: int = 1, collective: bool = False, ifa_overhead: bool = False) -> Placed:
+        """Place ``count`` runs of a kernel taking ``device_us`` each on the device (``ifa_overhead``:
+        the stack's per-run IncreFlashAttention overhead is charged on it)."""
         c = int(count)
         if c <= 0:
             p = Placed(self.free, self.free, 0.0)
             self.placed.append(p)
             return p
         stack, h = self.stack, self.stack.dispatch_us
-        launch = launch_cost(stack, collective, value_tiling)
+        launch = launch_cost(stack, collective, ifa_overhead)
         u = device_us + launch
         if not host_waits(stack):
             first = max(self.free, self.host + h)
@@ -140,7 +140,7 @@ def run_in_order(kernels: Sequence[Launch], stack: Stack, start_us: float = 0.0)
     """Place ``kernels`` one after another on one stream under ``stack`` (see the module docstring)."""
     stream = Stream(stack, start_us)
     for k in kernels:
-        stream.run(k.device_us, k.count, k.collective, k.value_tiling)
+        stream.run(k.device_us, k.count, k.collective, k.ifa_overhead)
     return stream.timeline()
 
 

@@ -219,7 +219,7 @@ class Card:
         s = self.stream()
         host_start = self.host
         self.host += self.stack.dispatch_us
-        launch = launch_cost(self.stack, False, bool(getattr(spec, "value_tiling", False)))
+        launch = launch_cost(self.stack, False, bool(getattr(spec, "ifa_overhead", False)))
         cores = c.resources or ("AI Core",)
         start = max([s.free, self.host] + [self.busy.get(r, 0.0) for r in cores])
         end = start + launch + c.time_us

@@ -17,7 +17,9 @@ everything else (``broadcast_buffers``, ``bucket_cap_mb``, gradient hooks) is to
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import torch.distributed as dist
@@ -52,7 +54,9 @@ def init_process_group(backend: str = "hccl", world_size: int | None = None, ran
     _accept_npu_device_ids()
     if not dist.is_initialized():
         if init_method is None:
-            init_method = "file://" + os.path.join(tempfile.mkdtemp(prefix="pypto_lab_pg_"), "store")
+            store_dir = tempfile.mkdtemp(prefix="pypto_lab_pg_")
+            atexit.register(shutil.rmtree, store_dir, ignore_errors=True)  # the rendezvous file, gone at exit
+            init_method = "file://" + os.path.join(store_dir, "store")
         dist.init_process_group("gloo", init_method=init_method, world_size=1, rank=0)
     _state.update(world_size=world_size, rank=rank)
 

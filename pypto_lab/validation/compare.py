@@ -41,7 +41,7 @@ class Comparison:
     skipped: str = ""            # why the workbench could not run the row ("" when it did)
     mechanisms: tuple[str, ...] = ()
     lomo_simulated: float | None = None   # with every fitted constant refitted without this model
-    value_tiling_runs: int = 0   # kernel runs per step a stack's aicpu_tiling_us is charged on (its fit)
+    ifa_runs: int = 0            # kernel runs per step a stack's ifa_overhead_us is charged on (its fit)
 
     @property
     def error(self) -> float | None:

@@ -7,14 +7,16 @@ Three kinds of rows, each run the way it was measured:
   the prefill step, its TPOT (the mean decode step) against the decode step. Graph-mode rows run on
   the ``torchair-graph`` stack, eager (单算子) rows on ``torch_npu-eager``; the deployment's model
   code decides how the KV cache is kept (`forward.KV_IMPLS`: torchair's ChatGLM3 port concatenates
-  its cache and expands it to every head, its Llama and Qwen2 ports write it in place);
+  its cache and expands it to every head, its Llama and Qwen2 ports write it in place; the Qwen2
+  tables were measured before that port passed actual_seq_lengths, so its attention reads the whole
+  preallocated cache: `row_kv_impl`);
 * serving runs with fixed prompt and output lengths at a request rate (vLLM-Ascend issues): `serve`
   with the same lengths and rate on ``vllm-ascend-aclgraph``;
 * square-matmul TFLOPS measured on a 910B2: `simulate_matmul`.
 
 The Atlas 800I A2's chip is the Ascend910B4 preset with the 64 GB of that server's bin (its
-topology preset says why). The ``torchair-graph`` stack's ``aicpu_tiling_us`` is the one constant
-fitted to these rows (`fit_aicpu_tiling`, by ``scripts/derive_stack_constants.py``): the models in
+topology preset says why). The ``torchair-graph`` stack's ``ifa_overhead_us`` is the one constant
+fitted to these rows (`fit_ifa_overhead`, by ``scripts/derive_stack_constants.py``): the models in
 `HELD_BACK` are never part of that fit and are reported apart.
 """
 
@@ -63,8 +65,15 @@ def row_stack(row: dict) -> str:
 
 
 def row_kv_impl(row: dict) -> str:
-    """How the row's model code keeps its KV cache (`forward.KV_IMPLS`), from the code it ran."""
-    return "concat-expand" if "/chatglm/" in row["source_url"] else "in-place"
+    """How the row's model code keeps its KV cache (`forward.KV_IMPLS`), from the code it ran:
+    torchair's ChatGLM3 port concatenates it; its Qwen2 port's tables (README at e45676cf,
+    2024-07-08; unchanged since) came before the port passed actual_seq_lengths to
+    IncreFlashAttention (81386be4, 2024-07-29), so attention reads the whole preallocated cache;
+    its Llama tables (2024-08-21 and -27) were measured with actual_seq_lengths (since 3ada6779,
+    2024-07-22)."""
+    if "/chatglm/" in row["source_url"]:
+        return "concat-expand"
+    return "in-place-full" if "/llm/qwen/" in row["source_url"] else "in-place"
 
 
 def _stack(name: str, overrides: dict | None) -> Stack:
@@ -103,8 +112,10 @@ def _mechanisms(s: _Setup, stack: Stack, decode: bool) -> tuple[str, ...]:
     out = []
     if s.kv_impl == "concat-expand":
         out.append("KV cache concatenated and expanded to every head each step (modeling_chatglm.py)")
-    if decode and stack.aicpu_tiling_us and s.kv_impl == "in-place":
-        out.append(f"IncreFlashAttention tiled on the AICPU each layer (tiling sink, {stack.aicpu_tiling_us:.0f} us)")
+    if decode and s.kv_impl == "in-place-full":
+        out.append("IncreFlashAttention reads the whole preallocated cache each step (no actual_seq_lengths)")
+    if decode and stack.ifa_overhead_us and s.kv_impl != "concat-expand":
+        out.append(f"per-IncreFlashAttention overhead of the graph ({stack.ifa_overhead_us:.0f} us, fitted)")
     if stack.dispatch_us:
         out.append(f"eager dispatch {stack.dispatch_us:g} us per kernel")
     return tuple(out)
@@ -113,7 +124,7 @@ def _mechanisms(s: _Setup, stack: Stack, decode: bool) -> tuple[str, ...]:
 def fixed_batch(rows: Iterable[dict], overrides: dict[str, dict] | None = None,
                 tick: Callable[[], None] | None = None) -> list[Comparison]:
     """The torchair rows as `Comparison`s; ``overrides`` changes stack values by stack name (the
-    fit runs the graph stack with ``aicpu_tiling_us=0``)."""
+    fit runs the graph stack with ``ifa_overhead_us=0``)."""
     chip = atlas_800i_a2()
     memo: dict[_Setup, object] = {}
     out = []
@@ -135,7 +146,7 @@ def fixed_batch(rows: Iterable[dict], overrides: dict[str, dict] | None = None,
                        metric=r["metric"], unit="ms", published=float(r["value"]), source=r["source_url"],
                        row=f"id {r['id']}", simulated=rep.tpot_ms if decode else rep.ttft_ms,
                        held_back=s.model in HELD_BACK, mechanisms=_mechanisms(s, stack, decode),
-                       value_tiling_runs=sum(k.count for k in rep.decode_kernels if k.spec.value_tiling) if decode else 0)
+                       ifa_runs=sum(k.count for k in rep.decode_kernels if k.spec.ifa_overhead) if decode else 0)
         out.append(c)
     return out
 
@@ -199,10 +210,10 @@ def serving_rows(tick: Callable[[], None] | None = None) -> list[Comparison]:
 # ---- the torchair stack's fitted constant ------------------------------------------------------
 
 def fit_rows(comparisons: Iterable[Comparison]) -> list[Comparison]:
-    """The rows `fit_aicpu_tiling` fits on: graph-mode decode rows whose kernels are AICPU-tiled,
-    of the models not held back."""
+    """The rows `fit_ifa_overhead` fits on: graph-mode decode rows with IncreFlashAttention over a
+    preallocated cache, of the models not held back."""
     return [c for c in comparisons if c.stack == GRAPH_STACK and c.regime == "LLM decode (TPOT)"
-            and c.value_tiling_runs and not c.held_back]
+            and c.ifa_runs and not c.held_back]
 
 
 def solve_additive(points: list[tuple[float, float, float]]) -> float:
@@ -213,32 +224,32 @@ def solve_additive(points: list[tuple[float, float, float]]) -> float:
     return max(0.0, 1000 * num / den) if den else 0.0
 
 
-def fit_aicpu_tiling(base: list[Comparison]) -> tuple[float, dict[str, float]]:
-    """``aicpu_tiling_us`` fitted on ``base`` (rows simulated with it at 0), and per model the value
+def fit_ifa_overhead(base: list[Comparison]) -> tuple[float, dict[str, float]]:
+    """``ifa_overhead_us`` fitted on ``base`` (rows simulated with it at 0), and per model the value
     fitted without that model's rows (leave one model out)."""
     rows = fit_rows(base)
     pts = {c.model: [] for c in rows}
     for c in rows:
-        pts[c.model].append((c.simulated, c.value_tiling_runs, c.published))
+        pts[c.model].append((c.simulated, c.ifa_runs, c.published))
     t = solve_additive([p for v in pts.values() for p in v])
     lomo = {m: solve_additive([p for k, v in pts.items() if k != m for p in v]) for m in pts}
     return t, lomo
 
 
 def with_leave_one_model_out(comparisons: list[Comparison], stack: Stack) -> FittedConstant | None:
-    """Set each graph-mode row's leave-one-model-out figure: the constant ``stack.aicpu_tiling_us``
+    """Set each graph-mode row's leave-one-model-out figure: the constant ``stack.ifa_overhead_us``
     (fitted on every fit row) refitted without the row's model. The constant enters a step
-    additively, once per AICPU-tiled kernel run, so the refit needs no new simulation."""
-    t_now = stack.aicpu_tiling_us
-    rows = [c for c in comparisons if c.value_tiling_runs and c.stack == stack.name]
+    additively, once per IncreFlashAttention run, so the refit needs no new simulation."""
+    t_now = stack.ifa_overhead_us
+    rows = [c for c in comparisons if c.ifa_runs and c.stack == stack.name]
     if not t_now or not rows:
         return None
-    base = [dataclasses.replace(c, simulated=c.simulated - c.value_tiling_runs * t_now / 1000) for c in rows]
-    _, lomo = fit_aicpu_tiling(base)
+    base = [dataclasses.replace(c, simulated=c.simulated - c.ifa_runs * t_now / 1000) for c in rows]
+    _, lomo = fit_ifa_overhead(base)
     for c, b in zip(rows, base):
         if c.model in lomo:
-            c.lomo_simulated = b.simulated + c.value_tiling_runs * lomo[c.model] / 1000
-    return FittedConstant(stack.name, "aicpu_tiling_us", t_now, FIT_SCRIPT,
+            c.lomo_simulated = b.simulated + c.ifa_runs * lomo[c.model] / 1000
+    return FittedConstant(stack.name, "ifa_overhead_us", t_now, FIT_SCRIPT,
                           tuple(f"{c.model} {c.row}" for c in fit_rows(comparisons)))
 
 
@@ -257,6 +268,6 @@ def median_error(rows: list[Comparison]) -> float:
     return statistics.median(abs(c.error) for c in rows)
 
 
-__all__ = ["DATA", "HELD_BACK", "MODELS", "atlas_800i_a2", "fit_aicpu_tiling", "fit_rows", "fixed_batch", "llm_set",
+__all__ = ["DATA", "HELD_BACK", "MODELS", "atlas_800i_a2", "fit_ifa_overhead", "fit_rows", "fixed_batch", "llm_set",
            "matmuls", "read_rows", "row_kv_impl", "row_stack", "serving_rows", "serving_set", "solve_additive",
            "with_leave_one_model_out"]

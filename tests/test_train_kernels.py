@@ -125,8 +125,9 @@ def test_flash_attention_backward_against_a_profiled_kernel():
     @8399c1cd): an A2 chip of 20 AI cores, B=2, N=4, S=4096, D=128, bf16 with a 4096 x 4096 mask:
     FlashAttentionScore 407 us, FlashAttentionScoreGrad 760 us (its Cube busy 344 us, 250 TF/s over
     the causal half's five GEMMs: the mask is causal, the chip a 910B3 of 295 TF/s). Simulated:
-    371 us and 564 us (-9 %, -26 %; the profile's AIC is scalar-busy 78 % of the kernel, which the
-    tile program does not model); the former rule, 2.5 forward kernels, gave 927 us (+22 %)."""
+    371 us and 598 us (-9 %, -21 %); the former rule, 2.5 forward kernels, gave 927 us (+22 %).
+    Per core, the backward's Cube is busy 321 us (profiled 344), its Vector 257 (318), its FixPipe
+    359 (590) and the AIV's MTE2 97 (207): the data movement between the cores is what is short."""
     chip = get_chip("Ascend910B3")
     fwd = cost(AttentionKernel(8, 4096, 4096, 128, "bf16", flash=True, causal=True), chip)
     bwd = cost(AttentionKernel(8, 4096, 4096, 128, "bf16", flash=True, causal=True, backward=True), chip)

@@ -21,8 +21,9 @@ One block of work is a (head, query block); its program walks the key blocks:
 
 * once per block: Q and dO into L1; on the Vector cores ``D`` from the block's dO and O rows;
 * per key block: K and V into L1; ``S = Q K^T`` and ``dP = dO V^T`` on the Cube; on the Vector
-  unit ``P = exp(S * scale - lse)`` (VMULS, VSUB, VEXP after a row broadcast), ``dS = P (dP - D)``
-  (VSUB, VMUL after a row broadcast), both cast to the Cube's dtype; back on the Cube
+  unit ``P = exp(S * scale - max) / sum`` from the forward's saved row max and sum (VMULS, VSUB,
+  VEXP, VDIV after row broadcasts), ``dS = P (dP - D)`` (VSUB, VMUL after a row broadcast), both
+  cast to the Cube's dtype; back on the Cube
   ``dV' = P^T dO``, ``dK' = dS^T Q`` and ``dQ' = dS K``, each written out and added into its fp32
   gradient. The adds land in L2 (the fp32 workspaces of the heads in flight fit it): HBM sees each
   gradient once, charged on the core's read port as the forward's output is.
@@ -211,10 +212,13 @@ def _program(chip: Chip, blocks: tuple[int, ...], s_q: int, s_k: int, d: int, dt
 
 
 def _vector_step(prog: Program, c: int, chip: Chip, rows: int, bk: int, cast_ops, ready: int) -> int:
-    """P = exp(S * scale - lse), dS = P * (dP - D), both cast to the Cube's dtype."""
+    """P = exp(S * scale - max) / sum from the forward's saved row max and row sum (the operator's
+    softmax_max and softmax_sum inputs), dS = P * (dP - D), both cast to the Cube's dtype."""
     e = rows * bk
     v = _row_op(prog, c, chip, "VBRCB", rows, (ready,))
     v = emit_vector_ops(prog, c, chip, (("VMULS", 1), ("VSUB", 1), ("VEXP", 1)), e, "fp32", (v,))
+    v = _row_op(prog, c, chip, "VBRCB", rows, (v,))
+    v = emit_vector_ops(prog, c, chip, (("VDIV", 1),), e, "fp32", (v,))
     v = _row_op(prog, c, chip, "VBRCB", rows, (v,))
     v = emit_vector_ops(prog, c, chip, (("VSUB", 1), ("VMUL", 1)), e, "fp32", (v,))
     if cast_ops:
@@ -281,7 +285,7 @@ def simulate_attention_backward(batch_heads: int, s_q: int, s_k: int, d: int, dt
         shape={"batch_heads": batch_heads, "s_q": s_q, "s_k": s_k, "d": d},
         tile={"block_q": bq, "block_k": bk}, double_buffer=plan["slots"]["L1"] == 2,
         cycles=cycles, time_us=chip.cycles_to_us(cycles),
-        flops=cube_flops + 9 * batch_heads * s_q * s_k,
+        flops=cube_flops + 10 * batch_heads * s_q * s_k,
         gm_bytes=reads + writes + pre.gm_bytes + post.gm_bytes, min_gm_bytes=min_bytes, cores_used=active,
         pipe_busy=tl.pipe_busy(int(np.argmax(tl.busy[:, 4]))), buffer_peak={},
         roofline_cycles=max(compute_cycles, mem_cycles),

@@ -120,10 +120,14 @@ def test_optimize_keeps_the_activation_between_two_convs_in_l2_and_says_so():
 
 
 def test_at_batch_8_the_activation_exceeds_l2_and_the_report_says_it_reaches_dram():
-    rep = _report(8)                        # 25.2 MB per activation: more than the 16.8 MB L2
+    atc = get_stack("atc-om")
+    whole = atc.with_values(fusions=sorted(atc.fusions - {"l2_batch_split"}))   # the batch not split
+    rep = _report(8, whole)                 # 25.2 MB per activation: more than the 16.8 MB L2
     assert all(k.reports[0].l2_kept_bytes == 0 for k in rep.kernels)
     step = next(p for p in rep.passes if p.name == "l2_residency")
     assert any("reach DRAM" in line and "25.2 MB" in line for line in step.lines)
+    split = _report(8)                      # ATC's default splits the batch: slices of 4 stay in L2
+    assert split.passes[-1].name == "l2_batch_split" and split.latency_us < rep.latency_us
 
 
 def test_layer_names_in_the_report():

@@ -86,10 +86,11 @@ class Report:
 
     # ---- energy (`pypto_lab.hw.energy`: the constants of the chip preset's [energy] table) ----
     def energy(self) -> EnergySummary:
-        """The energy of one run: every kernel's MACs, vector ops and bytes at each memory level,
-        plus the chip's static power over the latency. Raises `EnergyModelError` for a chip whose
+        """The energy of one run: every kernel's MACs, vector ops and bytes at each memory level (each
+        of its ``count`` runs), plus the chip's static power over the latency. Raises `EnergyModelError` for a chip whose
         preset has no [energy] table."""
-        return energy_of(self.chip, [r for k in self.kernels for r in k.reports], self.latency_us)
+        return energy_of(self.chip, [r for k in self.kernels for _ in range(int(k.count)) for r in k.reports],
+                         self.latency_us)
 
     @property
     def energy_mj(self) -> float:
@@ -112,7 +113,7 @@ class Report:
         if not total:
             return 0.0
         attr = "cube_utilization" if unit == "cube" else "vector_utilization"
-        return sum(getattr(r, attr) * r.time_us for k in self.kernels for r in k.reports) / total
+        return sum(getattr(r, attr) * r.time_us * k.count for k in self.kernels for r in k.reports) / total
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -39,6 +39,8 @@ from ..analysis.memory_plan import memory_plan
 from ..analysis.report import PassStep, Report
 from ..analysis.schedule import schedule_kernels
 from ..capture import Graph, capture, torchscript
+from ..capture.fx_node import CaptureError
+from ..capture.torchscript import TorchScriptError
 from ..hw.chip import DEFAULT_CHIP, Chip, get_chip
 from ..hw.tiling import DTYPE_BYTES
 from ..lowering.costing import cost_kernels
@@ -64,6 +66,7 @@ from ..passes.quantize_int8 import QuantizeInt8
 from ..passes.tune_tiling import TuneTiling
 from ..runtime.interpreter import Runtime
 from ..stack import DEFAULT_STACK, Stack, get_stack
+from . import batch_split
 
 
 @dataclass(frozen=True)
@@ -167,7 +170,12 @@ def load3d_note(kernels) -> list[str]:
 
 def recost(report: Report, graph: Graph, step: str, summary: str) -> Report:
     """``report`` after ``graph``'s kernels changed (e.g. `auto_tune` retiled them): every kernel
-    costed again, the schedule run again the same way, one more waterfall step."""
+    costed again, the schedule run again the same way, one more waterfall step. ``graph`` is the
+    whole batch's: a report whose batch ran in slices (`batch_split`) is recosted unsplit, and its
+    note says so."""
+    if any(p.name == batch_split.FUSION for p in report.passes):
+        summary += (f"; the whole batch's graph was recosted, without the {batch_split.FUSION} slices "
+                    "(the split is not redone after retiling)")
     kernels = cost_kernels(graph, report.chip)
     old = report.schedule
     schedule = schedule_kernels(graph, kernels, bool(old and old.concurrent),
@@ -373,8 +381,21 @@ def optimize(model: torch.nn.Module | str | os.PathLike, example_inputs=None, ch
     recorder = RecordSnapshots()
     ctx = PassContext(chip, cube_precision, options, stack)
     optimized = PassManager(LEVELS[level].passes, [recorder]).run(graph, ctx)
-    report = build_report(graph.model_name, chip, level, precision, cube_precision, _batch_of(example_inputs),
+    batch = _batch_of(example_inputs)
+    report = build_report(graph.model_name, chip, level, precision, cube_precision, batch,
                           optimized, recorder.snapshots, options, [note] if note else [], stack)
+    if (stack.applies(batch_split.FUSION) and level >= 2 and batch_split.splittable(optimized, batch)
+            and batch_split.spills(optimized, chip, cube_precision)):
+        def slice_report(size: int) -> Report | None:
+            part = batch_split.slice_inputs(example_inputs, batch, size)
+            if part is None:
+                return None
+            try:
+                return optimize(model, part, chip, level, precision, stack=batch_split.without_split(stack),
+                                options=options, autocast=autocast).report()
+            except (CaptureError, TorchScriptError):   # the batch is baked into the program (a reshape to it)
+                return None
+        report = batch_split.best_split(report, slice_report, batch) or report
     result = OptimizedModel(model, optimized, report, chip, cube_precision)
     LAST_OPTIMIZED[model] = result
     return result

@@ -7,8 +7,12 @@ the default; ATC parameter reference, hiascend atlasatcparam_16_0050, and
 MindStudio Advisor's operator-fusion page (hiascend canncommercial 700, atlasadvisor_16_0008,
 "L2融合(动态Batch切分)") says what decides it: when an L2-fused operator's data, its inputs and
 outputs together, exceed L2, the data are written back to DDR and the operator turns MTE2-bound
-(its resnet50 8-batch example runs layers 2.4-5.2 times slower than at 4 batches); it
-recommends that the user split the batch, which ATC does not do by itself.
+(its resnet50 8-batch example runs layers 2.4-5.2 times slower than at 4 batches); it lists
+the operators to split so that each layer's data stays within L2. GE's fusion engine runs its L2
+fusion (the LX-fusion optimiser, given the operators' axis split maps) whenever buffer_optimize
+is not off_optimize (hicann/ge ``Configuration::EnableL2Fusion``); the batch split it makes is
+modelled at graph level by `pypto_lab.compiler.batch_split` (fusion ``l2_batch_split``), this
+module plans one batch (or one slice of it).
 
 How GE places tensors in L2, in its open source (hicann/ge at ffdcbc9f7496,
 ``compiler/engines/nn_engine/fusion/graph_optimizer/stream_graph_optimizer/l2_optimizer/``):

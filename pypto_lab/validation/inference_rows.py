@@ -33,6 +33,15 @@ def stack_of(row: Row) -> str:
     return TORCHAIE_STACK if "TorchAIE" in row.source else DEFAULT_STACK
 
 
+def mechanisms_of(report) -> tuple[str, ...]:
+    """The mechanisms a row's figure rests on, as the passes named them: the batch split (its
+    summary) and which layers' activations stay in L2 (of one slice when the batch is split)."""
+    steps = {p.name: p for p in report.passes}
+    split = steps.get("l2_batch_split")
+    l2 = split or steps.get("l2_residency")
+    return tuple(([split.summary] if split else []) + ([n.reason for n in l2.notes] if l2 else []))
+
+
 def check_inference_arguments(chip: str | None, level: int) -> list[Row]:
     """The inference rows of ``chip`` (all when None), after checking ``level``."""
     if isinstance(level, bool) or level not in LEVELS:
@@ -58,10 +67,11 @@ def inference_set(chip: str | None = None, level: int = 3,
         out.append(Comparison(set="inference", regime=regime_of(r), model=r.key, setup=f"{r.chip} b{r.batch} {size}",
                               stack=stack, metric="throughput", unit="/s", published=r.published, source=r.source,
                               row=r.model[:40], simulated=simulated,
-                              mechanisms=tuple(getattr(rep, "mechanisms", ()) or ())))
+                              mechanisms=mechanisms_of(rep)))
         if tick:
             tick()
     return out, []
 
 
-__all__ = ["SMALL_BATCH", "TRANSFORMERS", "check_inference_arguments", "inference_set", "regime_of", "stack_of"]
+__all__ = ["SMALL_BATCH", "TRANSFORMERS", "check_inference_arguments", "inference_set", "mechanisms_of", "regime_of",
+           "stack_of"]

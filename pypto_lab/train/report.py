@@ -83,6 +83,8 @@ class TrainReport:
     stack: str = ""                 # the software stack the step ran under (`pypto_lab.stack`)
     host_idle_ms: float = 0.0       # the compute stream idle, waiting for the host's dispatch
     loader: Any = None              # the loader's LoaderProfile, when one was given
+    input_ms: float = 0.0           # the batch's host-to-device copy and NPU normalisation on the stream
+    image_pipeline: Any = None      # the host's image pipeline (`pypto_lab.train.host_input`), when given
     layout: Layout | None = None    # the parallel layout (`pypto_lab.train.parallel`)
     bubble_ms: float = 0.0          # the pipeline's idle time on its busiest stage
     param_gather_ms: float = 0.0    # the sharded optimizer's all-gather of updated weights, exposed part
@@ -165,6 +167,8 @@ class TrainReport:
             lines.append(f"  bubble        {self.bubble_ms:9.2f} ms  (pipeline idle on the busiest stage)")
         if self.param_gather_ms:
             lines.append(f"  param gather  {self.param_gather_ms:9.2f} ms  (exposed)")
+        if self.input_ms:
+            lines.append(f"  input         {self.input_ms:9.2f} ms  (the batch's copy and normalisation on the stream)")
         if self.data_wait_ms:
             lines.append(f"  data wait     {self.data_wait_ms:9.2f} ms  (the NPU waits for the loader)")
         lines += [f"  step          {self.step_ms:9.2f} ms  ->  {self.samples_per_s:,.1f} samples/s"

@@ -52,6 +52,7 @@ from .capture import (
 )
 from .compose import OPTIMIZERS, Extras, compose, memory_of
 from .fit import fitting_changes
+from .host_input import apply_image_pipeline
 from .parallel import Layout, LayoutError, cluster, layout_of
 from .plan import StepPlan, lower_node, policy_dtype, tuned
 from .policy import policy_of
@@ -205,7 +206,8 @@ def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", 
                   recompute: str | None = None, recompute_layers: int | None = None,
                   recompute_method: str = "uniform", overlap_grad_reduce: bool = True,
                   overlap_param_gather: bool = False, fp32_grads: bool | None = None,
-                  grad_accumulation_fusion: bool | None = None, lora: Any = None) -> TrainReport:
+                  grad_accumulation_fusion: bool | None = None, lora: Any = None,
+                  image_pipeline: Any = None) -> TrainReport:
     """Cost one training step of ``model`` on ``example_batch`` (one card's micro-batch).
 
     ``model``: an ``nn.Module``, a ``DistributedDataParallel`` wrapper (its bucket size is used) or a
@@ -248,15 +250,19 @@ def simulate_step(model, example_batch, loss_fn=None, optimizer: str = "adamw", 
     GEMMs (CANN's MC2, MindSpeed's ``--use-mc2``). ``stack``: the software stack that runs the step
     (`pypto_lab.stack`); None means MindSpeed for a causal LM built from a transformers config and
     torch_npu eager otherwise. ``lora``: train low-rank adapters on a frozen model
-    (`pypto_lab.train.lora.LoRA`, or a rank). Returns a `TrainReport`; a step that does not fit in
+    (`pypto_lab.train.lora.LoRA`, or a rank). ``image_pipeline``: the host's image loader
+    (`pypto_lab.train.host_input.ImagePipeline`): its workers' feed rate bounds the step, and the
+    batch's copy (and, for a uint8 batch, its normalisation on the NPU) joins the stream. Returns a `TrainReport`; a step that does not fit in
     one card's HBM raises `HBMCapacityError` naming the cheapest changes that fit.
     """
-    args = {k: v for k, v in locals().items() if k != "loader"}
+    args = {k: v for k, v in locals().items() if k not in ("loader", "image_pipeline")}
     prep, layout = prepare_step(**args)
     memory, peak = prep.memory(layout)
     if peak > prep.chip.hbm_bytes:
         _raise_capacity(prep, layout, memory, peak)
     report = prep.report(layout)
+    if image_pipeline is not None:
+        report = apply_image_pipeline(report, image_pipeline, prep.chip)
     if loader is not None:
         report = _with_loader(report, loader)
     return report

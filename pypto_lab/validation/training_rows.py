@@ -46,6 +46,7 @@ from ..files.paths import DATASETS_DIR
 from ..stack import DEFAULT_LLM_TRAIN_STACK, DEFAULT_TRAIN_STACK
 from ..train import simulate_step
 from ..train.deepspeed_config import read_deepspeed_config
+from ..train.host_input import ImagePipeline
 from ..train.megatron_args import read_megatron_args
 from .compare import Comparison
 
@@ -118,6 +119,39 @@ CHATGLM2_DEEPSPEED = {
     "zero_optimization": {"stage": 2, "allgather_partitions": True, "allgather_bucket_size": 5e8,
                           "overlap_comm": True, "reduce_scatter": True, "reduce_bucket_size": 5e8,
                           "contiguous_gradients": True}}
+
+# The ModelZoo-PyTorch CNN rows' image loaders as their scripts configure them (Ascend/ModelZoo-PyTorch
+# @05360171, PyTorch/built-in/cv/classification/...): the training processes divide --workers by the
+# cards ((workers + n - 1) // n), every loader is torchvision's ImageFolder with RandomResizedCrop(224) and
+# RandomHorizontalFlip, on the 192-core Atlas 800 host (`pypto_lab.train.host_input`).
+_R50 = "ResNet50_for_PyTorch/"
+_MBV2 = "MobileNetV2_for_PyTorch/"
+_DN = "Densenet121_for_PyTorch/"
+IMAGE_PIPELINES = {
+    # test/train_performance_1p.sh: workers=64 into pytorch_resnet50_apex.py: ToTensor + Normalize in the
+    # workers, DataLoader(..., pin_memory=True), images.to(npu, non_blocking=True)
+    ("resnet50", 1): ImagePipeline(workers=64, processes=1, normalize_on_device=False, pin_memory=True,
+                                   source=_R50 + "test/train_performance_1p.sh, pytorch_resnet50_apex.py"),
+    # test/train_performance_8p.sh: workers=128 into DistributedResnet50/main_apex_d76_npu.py: 8 processes
+    # of 16 workers, NVIDIA's uint8 loader, images.to(npu).to(torch.float).sub(mean).div(std) on the NPU
+    ("resnet50", 8): ImagePipeline(workers=16, processes=8, normalize_on_device=True, pin_memory=True,
+                                   source=_R50 + "test/train_performance_8p.sh, DistributedResnet50/main_apex_d76_npu.py"),
+    # test/train_performance_1p.sh and _8p.sh: --workers 128 into train/mobilenetv2_8p_main_anycard.py:
+    # fast_collate (uint8), MultiEpochsDataLoader(pin_memory=True), normalised on the NPU
+    ("mobilenet_v2", 1): ImagePipeline(workers=128, processes=1, normalize_on_device=True, pin_memory=True,
+                                       source=_MBV2 + "test/train_performance_1p.sh, train/mobilenetv2_8p_main_anycard.py"),
+    ("mobilenet_v2", 8): ImagePipeline(workers=16, processes=8, normalize_on_device=True, pin_memory=True,
+                                       source=_MBV2 + "test/train_performance_8p.sh, train/mobilenetv2_8p_main_anycard.py"),
+    # test/train_performance_1p.sh: --workers 40 into densenet121_1p_main.py: ToTensor + Normalize in the
+    # workers, pin_memory=True
+    ("densenet121", 1): ImagePipeline(workers=40, processes=1, normalize_on_device=False, pin_memory=True,
+                                      source=_DN + "test/train_performance_1p.sh, densenet121_1p_main.py"),
+    # test/train_performance_8p.sh: --workers 160, each process bound by taskset to 24 cores, into
+    # densenet121_8p_main.py: 20 workers, ToTensor + Normalize in the workers, pin_memory=False
+    ("densenet121", 8): ImagePipeline(workers=20, processes=8, cores_per_process=24, normalize_on_device=False,
+                                      pin_memory=False,
+                                      source=_DN + "test/train_performance_8p.sh, densenet121_8p_main.py"),
+}
 
 
 @dataclass
@@ -251,9 +285,11 @@ def simulate(c: Case):
     if c.key in ("resnet50", "resnet101", "mobilenet_v2", "densenet121"):
         model = getattr(torchvision.models, c.key)()
         batch = (torch.randn(c.batch, 3, 224, 224), torch.randint(0, 1000, (c.batch,)))
+        pipe = IMAGE_PIPELINES.get((c.key, c.cards)) if c.framework == "PyTorch" else None
         rep = simulate_step(model, batch, F.cross_entropy, optimizer="sgd", chip=c.chip, cards=c.cards,
-                            precision="fp16", amp="O2")
-        return rep, f"torchvision {c.key}, batch {c.batch}/card, O2 fp16, SGD, DDP over {c.cards}"
+                            precision="fp16", amp="O2", image_pipeline=pipe)
+        return rep, (f"torchvision {c.key}, batch {c.batch}/card, O2 fp16, SGD, DDP over {c.cards}"
+                     + (f"; host input: {pipe.describe()}" if pipe else ""))
     if c.key in ("bert-base", "bert-large"):
         cfg = transformers.BertConfig() if c.key == "bert-base" else transformers.BertConfig(
             hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096)
@@ -332,4 +368,4 @@ def training_set(tick: Callable[[], None] | None = None, only: set[str] | None =
     return out, []
 
 
-__all__ = ["DATA", "GPT2", "HELD_OUT", "SCRIPTS", "Case", "cases", "simulate", "training_set"]
+__all__ = ["DATA", "GPT2", "HELD_OUT", "IMAGE_PIPELINES", "SCRIPTS", "Case", "cases", "simulate", "training_set"]

@@ -359,6 +359,19 @@ class TransDataKernel(KernelSpec):
 
 
 @dataclass(frozen=True)
+class TransposeKernel(TransDataKernel):
+    """A TransposeD that runs as its own kernel on an ND tensor of ``numel`` elements (a GM -> UB ->
+    GM copy, like a TransData): a Reshape + Transpose pair that GE cannot fuse into a
+    ConfusionTransposeD (`passes.layout.unfused_transposes`)."""
+
+    kind: ClassVar[str] = "transpose"
+
+    @property
+    def op(self) -> str:
+        return "TransposeD"
+
+
+@dataclass(frozen=True)
 class HostKernel(KernelSpec):
     """An operator the lowering table does not know, run on the host: its inputs go device -> host and
     its outputs host -> device over the card's link (the CPU's own compute time is not modelled)."""
@@ -443,4 +456,4 @@ class Kernel:
 
 __all__ = ["AttentionKernel", "CollectiveKernel", "CubeKernel", "CustomKernel", "Decomposed", "HostKernel",
            "IncreAttentionKernel", "InputQuant", "Kernel", "KernelSpec", "MoeGatingKernel",
-           "TensorMeta", "TransDataKernel", "VectorKernel"]
+           "TensorMeta", "TransDataKernel", "TransposeKernel", "VectorKernel"]

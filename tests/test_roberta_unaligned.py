@@ -73,12 +73,15 @@ def test_rows_not_whole_32_byte_blocks_move_row_by_row_without_datacopypad():
     assert not capabilities(get_chip("Ascend310P3")).data_copy_pad
     assert capabilities(get_chip("Ascend910B2")).data_copy_pad
     n = 32 * 12 * 70
-    t = {s: simulate_vector("softmax", n * s, "fp16", chip="Ascend310P3", row_len=s).time_us for s in (64, 70, 80)}
+    t = {s: simulate_vector("softmax", n * s, "fp16", chip="Ascend310P3", row_len=s, by_row=True).time_us for s in (64, 70, 80)}
     # 70 fp16 = 140 bytes: padded to 160 per row and handled row by row, slower than 80 aligned ones
     assert t[70] > 1.5 * t[80] and t[70] > 1.5 * t[64]
     # with DataCopyPad (Atlas A2) the unaligned rows cost about their share of the data
-    u = {s: simulate_vector("softmax", n * s, "fp16", chip="Ascend910B2", row_len=s).time_us for s in (64, 70, 80)}
+    u = {s: simulate_vector("softmax", n * s, "fp16", chip="Ascend910B2", row_len=s, by_row=True).time_us for s in (64, 70, 80)}
     assert u[70] < 1.2 * u[80]
+    # rows the caller does not mark (a 5HD or fused layout whose rows are not the ND last axis) are costed as before
+    plain = simulate_vector("softmax", n * 70, "fp16", chip="Ascend310P3", row_len=70).time_us
+    assert plain < t[70] / 1.5
 
 
 def test_softmax_by_row_is_named_among_the_rows_mechanisms():

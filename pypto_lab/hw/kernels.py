@@ -459,7 +459,8 @@ def _emit_by_row(prog: Program, chip: Chip, ops, rows: int, row_elems: int, dtyp
 def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: str | Chip = DEFAULT_CHIP,
                     tile: VecTile | dict | None = None, double_buffer: bool = True,
                     row_len: int | None = None, name: str | None = None,
-                    compute_dtype: str | None = None, l2_reads: float = 0.0, l2_writes: float = 0.0) -> KernelReport:
+                    compute_dtype: str | None = None, l2_reads: float = 0.0, l2_writes: float = 0.0,
+                    by_row: bool = False) -> KernelReport:
     """Simulate a Vector kernel applying ``op`` (a name in `VECTOR_OPS`, or a `VectorOp` such as
     a fused chain from `fuse_vector_ops`) to ``numel`` elements (rows of ``row_len`` for row-wise
     ops; default 1024 or numel if smaller).
@@ -470,7 +471,10 @@ def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: s
     type; GM traffic stays in ``dtype``.
 
     ``l2_reads`` / ``l2_writes``: bytes of its inputs an earlier kernel left in L2 and of its
-    result that stays in L2 (residency between operators, as in `simulate_matmul`)."""
+    result that stays in L2 (residency between operators, as in `simulate_matmul`).
+
+    ``by_row``: the rows are the last axis of an ND tensor; when they are not whole 32-byte blocks
+    and the core has no DataCopyPad, each row moves and is computed on its own (below)."""
     chip = get_chip(chip)
     check_l2_bytes(l2_reads, l2_writes)
     if isinstance(op, str) and op not in VECTOR_OPS:
@@ -516,7 +520,7 @@ def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: s
     # (Ascend C development guide, "non-aligned data" for Atlas inference products,
     # atlas_ascendc_10_0038: no DataCopyPad; rows padded in UB, masked per row).
     row_pad = 0
-    if row_len and (row_len * eb) % 32 and not capabilities(chip).data_copy_pad:
+    if by_row and row_len and (row_len * eb) % 32 and not capabilities(chip).data_copy_pad:
         row_pad = ceil_div(row_len * eb, 32) * 32 // eb
 
     # tiles: rows x cols elements (row-wise: whole rows)

@@ -163,6 +163,7 @@ class VectorKernel(KernelSpec):
     row_len: int | None = None
     l2_reads: int = 0                # bytes of its inputs an earlier kernel left in L2 (`l2_residency` pass)
     l2_writes: int = 0               # bytes of its result that stay in L2 for their readers
+    by_row: bool = False             # ND rows that are not whole 32-byte blocks, no DataCopyPad (`layout` pass)
 
     def __post_init__(self):
         _positive("Vector kernel", numel=self.numel)

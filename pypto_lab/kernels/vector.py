@@ -14,7 +14,8 @@ def cost_vector(spec: VectorKernel, chip: Chip) -> KernelCost:
     op = VECTOR_OPS[spec.ops[0]] if spec.inputs is None else fuse_vector_ops(list(spec.ops), spec.inputs)
     name = None if spec.inputs is None else "+".join(spec.ops)
     r = simulate_vector(op, spec.numel, dtype=spec.dtype, chip=chip, row_len=spec.row_len, name=name,
-                        compute_dtype=spec.compute_dtype, l2_reads=spec.l2_reads, l2_writes=spec.l2_writes)
+                        compute_dtype=spec.compute_dtype, l2_reads=spec.l2_reads, l2_writes=spec.l2_writes,
+                        by_row=spec.by_row)
     return KernelCost.of([r], split_resources(chip, "AIV"))
 
 

@@ -51,7 +51,7 @@ from ..capture.catalogue import NpuOp, aten_name
 from ..capture.graph import Graph, Node, TensorInfo
 from ..hw.capabilities import NC1HWC0, ND, NZ, capabilities
 from ..hw.chip import DTYPE_BYTES
-from ..kernels.ir import CubeKernel, TransDataKernel, TransposeKernel
+from ..kernels.ir import CubeKernel, TransDataKernel, TransposeKernel, VectorKernel
 from ..lowering.lower import storage_dtypes
 from .base import Pass, PassContext, PassResult, register
 from .fold_batchnorm import CONVS
@@ -209,6 +209,8 @@ class AssignLayout(Pass):
         summary = f"inserted {total} TransData{detail}, removed {removed} redundant pairs"
         notes = []
         by_row = rows_by_row(graph, caps.data_copy_pad, DTYPE_BYTES.get(gm_dtype, 2))
+        for n in by_row:
+            n.kernel = replace(n.kernel, by_row=True)
         if by_row:
             n0 = by_row[0]
             notes.append(self.note(n0.name, f"{len(by_row)} row-wise kernels ({n0.npu.name if n0.npu else n0.op} ...) "
@@ -458,6 +460,8 @@ def rows_by_row(graph: Graph, data_copy_pad: bool, eb: int = 2) -> list[Node]:
     if data_copy_pad:
         return []
     return [n for n in graph.nodes if aten_name(n.target) in ROW_WISE and n.unit == "vector" and n.format == ND
+            and isinstance(n.kernel, VectorKernel) and n.kernel.row_len == (n.outputs[0].shape[-1] if n.outputs
+                                                                              and n.outputs[0].shape else None)
             and n.outputs and n.outputs[0].shape and (n.outputs[0].shape[-1] * eb) % 32]
 
 

@@ -51,7 +51,10 @@ def test_an_output_length_not_stated_is_not_invented():
 
 
 def test_each_row_runs_on_its_stack():
-    assert express(ROWS[34])[0].stack == "vllm-ascend-aclgraph"
+    assert express(ROWS[34])[0].stack == "vllm-ascend-aclgraph-0.18"   # vllm-ascend v0.18.0: its measured release
+    assert express(ROWS[1])[0].stack == "vllm-ascend-aclgraph"         # main of 2025-07: the derived default
+    assert express(_row(framework="vllm-ascend v0.13.0"))[0].stack == "vllm-ascend-aclgraph"
+    assert express(_row(framework="vllm-ascend v0.18.1"))[0].stack == "vllm-ascend-aclgraph-0.18"
     run, assumed = express(ROWS[22])   # vllm-ascend v0.7.3: before graph mode
     assert run.stack == "vllm-ascend-eager" and any("v0.9.0rc1" in a for a in assumed)
     mindie = _row(framework="MindIE (version not stated)")
@@ -70,6 +73,29 @@ def test_a_small_row_runs_end_to_end():
     assert [r["kind"] for r in result.rows] == ["TTFT", "ITL"]
     for r in result.rows:
         assert r["simulated"] > 0 and r["error"] == pytest.approx((r["simulated"] - r["published"]) / r["published"])
-        assert r["chip_stated"] and r["stack"] == "vllm-ascend-aclgraph" and r["requests"] == 4
+        assert r["chip_stated"] and r["stack"] == "vllm-ascend-aclgraph-0.18" and r["requests"] == 4
     assert set(result.summary()) == {"TTFT", "ITL"} and len(result.runs) == 1
     assert "not expressible (0 rows)" in result.table()
+
+
+def test_async_scheduling_follows_the_vllm_version():
+    assert express(ROWS[34])[0].async_scheduling              # vllm-ascend v0.18.0: on by default since v0.14.0
+    assert not express(ROWS[22])[0].async_scheduling          # v0.7.3
+    assert not express(ROWS[1])[0].async_scheduling           # main of 2025-07: no version, synchronous (assumed)
+    assert not express(_row(framework="vllm-ascend v0.13.0"))[0].async_scheduling
+    assert express(_row(framework="vllm-ascend v0.14.0"))[0].async_scheduling
+    run, assumed = express(_row(framework="vllm-ascend (version not in excerpt)"))
+    assert not run.async_scheduling and any("version not stated" in a for a in assumed)
+
+
+def test_an_overloaded_issue_report_is_listed_with_its_reason():
+    for i in (20, 21):   # Qwen3-8B at 10 req/s, 1024/2048 tokens: 0.02 req/s served
+        with pytest.raises(NotExpressible, match="overloaded server"):
+            express(ROWS[i])
+
+
+def test_the_report_names_the_host_mechanisms_a_row_runs_with():
+    from pypto_lab.validation.llm_rows import _serving_mechanisms
+    vl = _serving_mechanisms(express(ROWS[34])[0])          # v0.18.0 on the ACL graph stack
+    assert any("PIECEWISE" in m for m in vl) and any("async scheduling" in m for m in vl)
+    assert _serving_mechanisms(express(ROWS[22])[0]) == ()   # v0.7.3 eager: neither

@@ -217,7 +217,8 @@ def test_npu_fusion_attention_backward_is_torchs_gradient():
     for a, b in ((q, qr), (k, kr), (v, vr)):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
     _, launches = _launch(NPU.npu_fusion_attention_grad, q.detach(), k.detach(), v.detach(), q.detach(), 4, "BNSD")
-    assert [type(lt.spec) for lt in launches] == [AttentionKernel] * 3 and launches[0].op_type == "FlashAttentionScoreGrad"
+    assert [type(lt.spec) for lt in launches] == [AttentionKernel] and launches[0].op_type == "FlashAttentionScoreGrad"
+    assert launches[0].spec.backward and launches[0].spec.flash
 
 
 def test_npu_fused_infer_attention_score_decode_over_a_paged_cache():

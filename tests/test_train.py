@@ -37,8 +37,11 @@ def test_a_convolution_gets_its_two_gradient_convolutions_and_the_first_layer_on
     wgrad = [s for s in back if s.op == "Conv2DBackpropFilter"]
     # the first convolution's input is the batch, which needs no gradient: one dgrad for two convolutions
     assert len(wgrad) == 2 and len(dgrad) == 1
-    # the weight gradient of conv 2: M = C_out, K = N*H*W, N = C_in*kh*kw
-    assert (wgrad[0].m, wgrad[0].k, wgrad[0].n) == (16, 8 * 16 * 16, 16 * 9)
+    # the weight gradient of conv 2 as CANN runs it: the input's im2col rows (load3d) against the
+    # output gradient, M = C_in*kh*kw, N = C_out, the reduction over N*H*W split over the cores by
+    # whole samples (`filter_batch_split`: the batch of 8 in 8 parts, each adding into the fp32 output)
+    assert (wgrad[0].batch, wgrad[0].m, wgrad[0].k, wgrad[0].n) == (8, 16 * 9, 16 * 16, 16)
+    assert wgrad[0].im2col.along_k and wgrad[0].out_dtype == "fp32"
     # the input gradient of conv 2: M = N*H*W, K = C_out*kh*kw, N = C_in
     assert (dgrad[0].m, dgrad[0].k, dgrad[0].n) == (8 * 16 * 16, 16 * 9, 16)
     # training BatchNorm is CANN's reduce + update pair, and its backward the two gradient kernels
@@ -249,7 +252,8 @@ def test_flash_attention_keeps_the_scores_off_hbm_and_fuses_the_attention():
     flash = simulate_step(cfg, batch, flash_attention=True, fuse_vector=False)
     fused = [k for k in flash.kernels if k.spec.__class__.__name__ == "AttentionKernel"]
     assert len([k for k in fused if k.phase == "forward"]) == 2                 # one per layer
-    assert len([k for k in fused if k.phase == "backward"]) == 2 * 4            # four gradient GEMMs each
+    back = [k for k in fused if k.phase == "backward"]
+    assert len(back) == 2 and all(k.spec.backward for k in back)               # FlashAttentionScoreGrad, one per layer
     assert not any(k.spec.op == "SoftmaxV2" for k in flash.kernels if hasattr(k.spec, "op"))
     assert flash.memory["activations"] < plain.memory["activations"]
     assert flash.step_ms < plain.step_ms

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..capture.graph import Graph
+from ..kernels.ir import AttentionKernel, IncreAttentionKernel
 from ..lowering.costing import CostedKernel
 from ..stack import HostClock, Stack, get_stack, run_in_order
 from ..stack.timeline import Launch, launch_cost
@@ -97,8 +98,10 @@ def schedule_kernels(graph: Graph, kernels: list[CostedKernel], concurrent: bool
     dependencies, the host's dispatch and free cores allow."""
     stack = get_stack(stack)
     out = []
+    # a graph cut at each attention (vLLM's PIECEWISE mode) runs every attention kernel from the host
+    brk = [bool(stack.layer_host_us) and isinstance(k.spec, (AttentionKernel, IncreAttentionKernel)) for k in kernels]
     if not concurrent:
-        line = run_in_order([Launch(k.time_us) for k in kernels], stack)
+        line = run_in_order([Launch(k.time_us, graph_break=b) for k, b in zip(kernels, brk)], stack)
         for k, p in zip(kernels, line.placed):
             out.append(ScheduledKernel(k.name, k.resources, p.start_us, p.end_us))
         return Schedule(tuple(out), concurrent, stack)
@@ -107,7 +110,7 @@ def schedule_kernels(graph: Graph, kernels: list[CostedKernel], concurrent: bool
     free: dict[str, float] = {}
     ends: list[float] = []
     for i, k in enumerate(kernels):
-        ready = max([clock.dispatch()] + [ends[j] for j in deps[i] if j < i])
+        ready = max([clock.dispatch(brk[i])] + [ends[j] for j in deps[i] if j < i])
         start = max([ready] + [free.get(r, 0.0) for r in k.resources])
         end = start + launch_cost(stack, False) + k.time_us
         clock.kernel_ended(end)

@@ -139,9 +139,10 @@ def stack_table() -> str:
     for name in list_stacks():
         s = get_stack(name)
         rows.append([name, s.runs, f"{s.dispatch_us:g}", f"{s.launch_us:g}", f"{s.step_host_us:g}",
-                     f"{s.ifa_overhead_us:g}", "yes" if s.host_device_overlap else "no", ", ".join(sorted(s.fusions))])
-    return _table(["stack", "runs", "dispatch us", "launch us", "step host us", "ifa overhead us", "overlap",
-                   "fusions"], rows, "llrrrrll")
+                     f"{s.layer_host_us:g}", f"{s.ifa_overhead_us:g}", "yes" if s.host_device_overlap else "no",
+                     ", ".join(sorted(s.fusions))])
+    return _table(["stack", "runs", "dispatch us", "launch us", "step host us", "layer host us", "ifa overhead us",
+                   "overlap", "fusions"], rows, "llrrrrrll")
 
 
 def cmd_stacks(args) -> int:

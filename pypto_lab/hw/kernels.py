@@ -120,13 +120,17 @@ EPILOGUES = tuple(EPILOGUE_NAMES)  # the string forms simulate_matmul takes (or 
 @dataclass(frozen=True)
 class Im2col:
     """A convolution's geometry, for the bytes of its A operand: input width ``w``, output width
-    ``wo``, kernel ``kh`` x ``kw``, vertical ``stride``."""
+    ``wo``, kernel ``kh`` x ``kw``, vertical ``stride``. ``along_k``: A is the im2col matrix
+    transposed, its output positions along K (a weight gradient, Conv2DBackpropFilter, whose
+    reduction runs over the output positions: A = im2col(x)^T, C_in*kh*kw x N*Ho*Wo), so a panel
+    spans all of its K positions."""
 
     w: int
     wo: int
     kh: int
     kw: int
     stride: int = 1
+    along_k: bool = False
 
     def gm_fraction(self, rows: int) -> float:
         """GM bytes per im2col byte for a panel of ``rows`` output positions (consecutive in
@@ -247,7 +251,7 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
         wr += rf * cf * copy_b
         first += rf * cf * copy_b
     if im2col is not None:  # A's GM bytes: the feature-map rows each panel needs, not their im2col
-        a_scale = im2col.gm_fraction(tile.m_l1 if k_steps == 1 else tile.m_l0)
+        a_scale = im2col.gm_fraction(k if im2col.along_k else (tile.m_l1 if k_steps == 1 else tile.m_l0))
         a_rd = (subs_n * rf if k_steps > 1 else rf) * k * eb
         rd -= a_rd * (1.0 - a_scale)
         first -= a_first * (1.0 - a_scale)

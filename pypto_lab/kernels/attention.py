@@ -3,6 +3,9 @@ one kernel) or on the unfused three-kernel sequence (`simulate_attention`), and 
 from it: causal FlashAttention (block skipping above the diagonal: an LLM's PromptFlashAttention
 over a prefill chunk) and `IncreAttentionKernel` (a decode step over the paged KV cache).
 
+A backward `AttentionKernel` (``backward=True``) is FlashAttentionScoreGrad's tile program
+(`pypto_lab.hw.attention_grad`); causal, it skips the same blocks at its own block sizes.
+
 The derivations take the cost of the underlying fused attention from a function, so the exact
 costers here and the grid strategy (`pypto_lab.kernels.grid`) share them.
 """
@@ -13,6 +16,7 @@ import dataclasses
 from collections.abc import Callable
 
 from ..hw.attention import default_attention_blocks, simulate_attention
+from ..hw.attention_grad import backward_blocks, simulate_attention_backward
 from ..hw.chip import Chip
 from .cost import KernelCost, cost, coster, split_resources
 from .ir import AttentionKernel, IncreAttentionKernel
@@ -22,6 +26,10 @@ from .ir import AttentionKernel, IncreAttentionKernel
 def cost_attention(spec: AttentionKernel, chip: Chip) -> KernelCost:
     if spec.flash and spec.causal:
         return causal_attention(spec, chip, lambda a: cost(a, chip))
+    if spec.backward:   # FlashAttentionScoreGrad (`pypto_lab.hw.attention_grad`)
+        r = simulate_attention_backward(spec.batch_heads, spec.s_q, spec.s_k, spec.d, dtype=spec.dtype, chip=chip,
+                                        block_q=spec.block_q, block_k=spec.block_k)
+        return KernelCost.of([r], split_resources(chip, "AIC", "AIV"))
     blocks = {"block_q": spec.block_q, "block_k": spec.block_k} if spec.flash and spec.block_q else {}
     r = simulate_attention(spec.batch_heads, spec.s_q, spec.s_k, spec.d, dtype=spec.dtype, chip=chip,
                            fused=spec.flash, **blocks)
@@ -37,6 +45,7 @@ def causal_attention(spec: AttentionKernel, chip: Chip,
     full = fused(dataclasses.replace(spec, causal=False))
     past = spec.s_k - spec.s_q
     bq, bk = (spec.block_q, spec.block_k) if spec.block_q else \
+        backward_blocks(spec.s_q, spec.s_k) if spec.backward else \
         default_attention_blocks(chip, spec.s_q, spec.s_k, spec.d, spec.dtype)[:2]
     nq, nk = -(-spec.s_q // bq), -(-spec.s_k // bk)
     kept = sum(min(nk, -(-(past + (i + 1) * bq) // bk)) for i in range(nq))

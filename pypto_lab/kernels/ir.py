@@ -203,9 +203,15 @@ class AttentionKernel(KernelSpec):
     block_k: int | None = None
     causal: bool = False             # query i sees keys up to s_k - s_q + i: FlashAttention skips the blocks
                                      # above the diagonal (an LLM's prefill: PromptFlashAttention)
+    backward: bool = False           # the fused kernel's gradient (FlashAttentionScoreGrad: the scores recomputed,
+                                     # five GEMMs; `pypto_lab.hw.attention_grad`), with ``flash``
 
     def __post_init__(self):
         _positive("attention", batch_heads=self.batch_heads, s_q=self.s_q, s_k=self.s_k, d=self.d)
+        if self.backward and not self.flash:
+            raise ValueError("attention backward=True without flash: the fused kernel's gradient "
+                             "(FlashAttentionScoreGrad) is a FlashAttention kernel. Fix: flash=True, or cost the "
+                             "unfused gradient as its GEMMs and softmax gradient")
 
     @property
     def unit(self) -> str:
@@ -217,6 +223,8 @@ class AttentionKernel(KernelSpec):
 
     @property
     def op(self) -> str:
+        if self.backward:
+            return "FlashAttentionScoreGrad"
         return "FlashAttentionScore" if self.flash else "UnfusedAttention(BatchMatMul+SoftmaxV2+BatchMatMul)"
 
 

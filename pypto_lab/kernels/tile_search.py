@@ -51,7 +51,7 @@ def candidate_tilings(chip: Chip, spec: KernelSpec, candidates: int = 3, within:
         # tilings that would issue more than twice the default's (their small tiles rarely win)
         limit = 2 * _instructions(by_roofline[0], spec, chip.cube_cores)
         return [t for t in dict.fromkeys(by_roofline + by_screen) if _instructions(t, spec, chip.cube_cores) <= limit]
-    if isinstance(spec, AttentionKernel) and spec.flash:
+    if isinstance(spec, AttentionKernel) and spec.flash and not spec.backward:   # the backward: CANN's fixed block
         return attention_block_candidates(chip, spec.s_q, spec.s_k, spec.d, spec.dtype)
     return []
 

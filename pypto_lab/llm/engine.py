@@ -415,17 +415,19 @@ def serve(model, chip: str | Chip = DEFAULT_CHIP, requests: int = 1000, rate: fl
           kv_dtype: str | None = None, topology=None, stack: str | Stack = DEFAULT_LLM_STACK, lengths=None,
           hbm_utilization: float = DEFAULT_HBM_UTILIZATION, progress: bool = True,
           launch_us: float | None = None, concurrency: int | None = None, shared_prefix: int = 0,
-          prefix_caching: bool = True, kernels: dict | None = None) -> ServeReport:
+          prefix_caching: bool = True, kernels: dict | None = None, async_scheduling: bool = False) -> ServeReport:
     """Serve ``requests`` requests arriving at ``rate`` per second (Poisson; lengths from the
     ShareGPT-like distribution or ``lengths``) on ``cards`` x ``chip``: `serving.simulate_serving`
     driven by this engine's step times. ``concurrency``: at most that many requests in flight (a
     closed loop with the default rate); ``shared_prefix``, ``prefix_caching``: a system prompt in
-    front of every prompt and vLLM's automatic prefix caching (see `simulate_serving`). Returns a
+    front of every prompt and vLLM's automatic prefix caching; ``async_scheduling``: vLLM's
+    ``--async-scheduling``, a step scheduled while the one before runs (see `simulate_serving`). Returns a
     `serving.ServeReport`. ``kernels``: pto kernels for layer kinds of the decode-only steps (and of
     the prefill-only steps for a kernel of the prefill phase: `pypto_lab.llm.plug`). Every argument, and a trace file, is checked before the model is costed."""
     check_serving_arguments(requests=requests, rate=rate, seed=seed, scheduler=scheduler,
                             max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs, block_size=block_size,
-                            concurrency=concurrency, shared_prefix=shared_prefix, prefix_caching=prefix_caching)
+                            concurrency=concurrency, shared_prefix=shared_prefix, prefix_caching=prefix_caching,
+                            async_scheduling=async_scheduling)
     trace = read_trace(lengths) if lengths is not None else None
     sm = step_model(model, chip, cards, tp, precision, ep=ep, kv_dtype=kv_dtype, topology=topology,
                     stack=stack, max_batched_tokens=max_batched_tokens, hbm_utilization=hbm_utilization,
@@ -433,4 +435,4 @@ def serve(model, chip: str | Chip = DEFAULT_CHIP, requests: int = 1000, rate: fl
     return simulate_serving(sm, requests=requests, rate=rate, seed=seed, scheduler=scheduler,
                             max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs, block_size=block_size,
                             lengths=trace, progress=progress, concurrency=concurrency, shared_prefix=shared_prefix,
-                            prefix_caching=prefix_caching)
+                            prefix_caching=prefix_caching, async_scheduling=async_scheduling)

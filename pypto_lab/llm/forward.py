@@ -466,10 +466,26 @@ def _forward_kernels(spec: LLMSpec, hw: Hardware, prefill, decode, costed: bool,
     return out
 
 
+ATTENTION_OPS = ("kv_write", "attention")   # what a layer's attention op runs (its cache write first)
+
+
+def _graph_break(kernels: Sequence[CostedKernel]) -> int:
+    """The kernel that opens each layer's attention: the first whose op is a KV-cache write or an
+    attention (vLLM's attention op writes the layer's keys and values, then attends); -1 if none."""
+    for i, k in enumerate(kernels):
+        if k.kernel.fused_ops and k.kernel.fused_ops[0] in ATTENTION_OPS:
+            return i
+    return -1
+
+
 def step_timeline(kernels: Sequence[CostedKernel], stack: Stack):
     """One forward pass under ``stack``: its kernels one after another on the card (each uses
-    every core), each launched as the stack launches kernels (`pypto_lab.stack.timeline`)."""
-    return run_in_order([Launch(k.cost.time_us, k.count, k.collective, k.spec.ifa_overhead) for k in kernels], stack)
+    every core), each launched as the stack launches kernels (`pypto_lab.stack.timeline`). A stack
+    whose graph is cut at the attention (``layer_host_us``) runs each layer's attention from the host:
+    the kernel that opens it is marked (`timeline.Launch.graph_break`)."""
+    brk = _graph_break(kernels) if stack.layer_host_us else -1
+    return run_in_order([Launch(k.cost.time_us, k.count, k.collective, k.spec.ifa_overhead, i == brk)
+                         for i, k in enumerate(kernels)], stack)
 
 
 def step_time_us(kernels: Sequence[CostedKernel], stack: Stack) -> float:

@@ -41,11 +41,17 @@ The report's ``prefix_cache`` gives the hit rate.
 
 Host time: a step costs what ``step_model.step_ms`` says, called once per engine step, so a stack's
 per-step host time (``step_host_us``, e.g. vLLM-Ascend's graph replay) is paid once per step
-whatever the batch (`tests/test_serving_step_host.py`). Not modelled: the client's and the API
+whatever the batch (`tests/test_serving_step_host.py`), and a graph cut at each attention layer
+(``layer_host_us``, vLLM's PIECEWISE mode) makes a step last at least its layers' host time
+(`tests/test_stack_layer_host.py`). ``async_scheduling`` (vLLM's ``--async-scheduling``, its
+default from v0.14.0): the engine schedules step k+1 as soon as step k is submitted, so a request
+that arrives while step k runs is first scheduled into step k+2; an idle engine schedules an
+arrival at once (`tests/test_serving_async_scheduling.py`). Not modelled: the client's and the API
 server's own time (HTTP, tokenisation, detokenisation, streaming); vLLM V1 runs them in its
 front-end process beside the engine's step loop (vllm-project/vllm vllm/v1/engine/async_llm.py,
-output_processor.py), so they add to a request's latency, not to a step, and no public figure for
-them on an Ascend host was found.
+output_processor.py), so they add to a request's latency, not to a step; the one public figure
+found, 10-21 us per prompt token of tokenisation (tenstorrent/tt-inference-server issue #2173, not
+an Ascend host), is 2-4 ms for the validation rows' 200-token prompts.
 """
 
 from __future__ import annotations
@@ -203,7 +209,8 @@ DEFAULT_RATE = 10.0   # requests per second of an open loop when no rate is give
 
 def check_serving_arguments(*, requests: Any = 1000, rate: Any = None, seed: Any = 0, scheduler: Any = "continuous",
                             max_batched_tokens: Any = 8192, max_num_seqs: Any = 256, block_size: Any = 128,
-                            concurrency: Any = None, shared_prefix: Any = 0, prefix_caching: Any = True) -> dict:
+                            concurrency: Any = None, shared_prefix: Any = 0, prefix_caching: Any = True,
+                            async_scheduling: Any = False) -> dict:
     """The serving arguments, checked (`ServingConfigError` naming the argument, its value, the rule
     and a fix) and normalised; `simulate_serving` and `pypto_lab.llm.serve` call it first. ``rate``
     None is 10 requests per second, or inf (a closed loop) with ``concurrency``."""
@@ -226,6 +233,15 @@ def check_serving_arguments(*, requests: Any = 1000, rate: Any = None, seed: Any
         raise ServingConfigError("prefix_caching", prefix_caching, "must be True (vLLM's automatic prefix caching, "
                                  "its V1 default) or False", [(True, ""), (False, "")])
     out["prefix_caching"] = bool(prefix_caching)
+    if not isinstance(async_scheduling, (bool, np.bool_)):
+        raise ServingConfigError("async_scheduling", async_scheduling, "must be True (vLLM's --async-scheduling, its "
+                                 "default from v0.14.0) or False (the engine schedules a step when the one before "
+                                 "ends)", [(False, ""), (True, "")])
+    out["async_scheduling"] = bool(async_scheduling)
+    if scheduler == "static" and out["async_scheduling"]:
+        raise ServingConfigError("async_scheduling", True, "scheduling a step ahead is vLLM's continuous batching; "
+                                 "static batching forms a batch only when the last one has ended",
+                                 [(False, "")], hint="or {scheduler='continuous'}")
     if scheduler == "static" and out["shared_prefix"] and out["prefix_caching"]:
         raise ServingConfigError("prefix_caching", True, "prefix caching shares the paged KV blocks of continuous "
                                  "batching; static batching reserves each request's cache whole",
@@ -413,8 +429,10 @@ class _Sim:
     """The state of one run: per-request arrays indexed by request id (ids in arrival order)."""
 
     def __init__(self, step_model, arrival, prompt, outlen, block_size, pool, progress, scheduler,
-                 client: ClosedLoop | None = None, cache: PrefixCache | None = None):
+                 client: ClosedLoop | None = None, cache: PrefixCache | None = None, async_scheduling: bool = False):
         self.m = step_model
+        self.async_scheduling = async_scheduling
+        self.last_start = math.nan   # when the step that just ended started (NaN: the engine was idle)
         self.client = client  # None: requests arrive at ``arrival``; else sent by the client (``arrival`` filled then)
         self.cache = cache    # the shared prefixes' blocks (continuous batching), or None
         self.arrival, self.prompt, self.outlen = arrival, prompt, outlen
@@ -440,8 +458,18 @@ class _Sim:
         self.occ_used: list[int] = []
         self.bar = tqdm(total=n, disable=not progress, unit="req", desc=f"serving ({scheduler})", leave=False)
 
-    def arrive(self) -> None:
-        arrival, t, n = self.arrival, self.t, self.n
+    def visible(self) -> float:
+        """Until when arrivals reach the next step's scheduler: now, or with async scheduling, while
+        steps run back to back, the start of the step that just ended (vLLM's engine core schedules
+        step k+1 as soon as step k is submitted, so a request arriving while step k runs waits for
+        step k+2)."""
+        if self.async_scheduling and not math.isnan(self.last_start):
+            return self.last_start
+        return self.t
+
+    def arrive(self, until: float | None = None) -> None:
+        arrival, n = self.arrival, self.n
+        t = self.t if until is None else until
         if self.client is not None:
             client = self.client
             while self.nxt < n and client.due(self.nxt) <= t:
@@ -467,6 +495,7 @@ class _Sim:
                              f"Fix: the step model.")
         self.occ_t.append(self.t)
         self.occ_used.append(self.pool - self.free)
+        self.last_start = self.t
         self.t += dt / 1000.0
         self.steps += 1
         self.batch_sum += len(prefill) + len(decode)
@@ -515,10 +544,12 @@ class _Sim:
         batcher = _Continuous(self, max_tokens, max_seqs)
         n_req = self.n
         while self.done < n_req:
-            if self.nxt < n_req and self.due() <= self.t:
-                self.arrive()
+            cut = self.visible()
+            if self.nxt < n_req and self.due() <= cut:
+                self.arrive(cut)
             if batcher.ids.size == 0 and not self.waiting:
                 self.t = max(self.t, self.due())
+                self.last_start = math.nan   # idle: the next arrival is scheduled at once
                 continue
             batcher.iterate()
 
@@ -828,6 +859,7 @@ def simulate_serving(
     concurrency: int | None = None,
     shared_prefix: int = 0,
     prefix_caching: bool = True,
+    async_scheduling: bool = False,
 ) -> ServeReport:
     """Serve ``requests`` requests on ``step_model`` and report latencies and throughput.
 
@@ -849,12 +881,15 @@ def simulate_serving(
       ``prefix_id`` and its ``prefix_tokens`` (part of its ``prompt_tokens``).
     * ``prefix_caching``: vLLM's automatic prefix caching (its V1 default): full blocks of a shared
       prefix are computed once, held once and found by later requests (continuous batching only).
+    * ``async_scheduling``: vLLM's ``--async-scheduling`` (on by default from vLLM v0.14.0): the
+      engine schedules the next step while the current one runs, so a request arriving during a
+      step joins the step after the next (continuous batching only).
     * ``progress``: a tqdm bar over completed requests.
     """
     args = check_serving_arguments(requests=requests, rate=rate, seed=seed, scheduler=scheduler,
                                    max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs,
                                    block_size=block_size, concurrency=concurrency, shared_prefix=shared_prefix,
-                                   prefix_caching=prefix_caching)
+                                   prefix_caching=prefix_caching, async_scheduling=async_scheduling)
     requests, rate, block_size = args["requests"], args["rate"], args["block_size"]
     max_batched_tokens, max_num_seqs = args["max_batched_tokens"], args["max_num_seqs"]
     concurrency, shared_prefix, prefix_caching = args["concurrency"], args["shared_prefix"], args["prefix_caching"]
@@ -943,7 +978,8 @@ def simulate_serving(
     cache = None
     if group is not None and scheduler == "continuous":
         cache = PrefixCache(group, prefix_tokens, block_size, enabled=prefix_caching)
-    sim = _Sim(step_model, arrival, prompt, outlen, block_size, pool, progress, scheduler, client, cache)
+    sim = _Sim(step_model, arrival, prompt, outlen, block_size, pool, progress, scheduler, client, cache,
+               args["async_scheduling"])
     try:
         if scheduler == "continuous":
             sim.run_continuous(max_batched_tokens, max_num_seqs)
@@ -975,6 +1011,8 @@ def simulate_serving(
                       kv_budget_bytes=budget_bytes, lengths=source)
     if concurrency is not None:   # the new options appear only when used: a run without them reports as before
         parameters["concurrency"] = concurrency
+    if args["async_scheduling"]:
+        parameters["async_scheduling"] = True
     prefix_stats = None
     if group is not None:
         parameters["shared_prefix"] = shared_prefix

@@ -18,7 +18,11 @@ row's ``assumed`` field):
 * stack: MindIE rows on ``mindie``; vLLM-Ascend rows on ``vllm-ascend-aclgraph``, except releases
   before v0.9.0rc1 (graph mode came with the V1 engine in v0.9.0rc1: "From v0.9.0rc1 with V1
   Engine, vLLM Ascend will run models in graph mode by default", docs.vllm.ai/projects/ascend/en/
-  v0.9.0rc2/user_guide/graph_mode.html) and rows that say eager, on ``vllm-ascend-eager``.
+  v0.9.0rc2/user_guide/graph_mode.html) and rows that say eager, on ``vllm-ascend-eager``; rows of
+  a release with a graph preset of its own (``RELEASE_STACKS``: v0.18.x on
+  ``vllm-ascend-aclgraph-0.18``, whose host time per layer was measured on v0.18.0rc1, issue
+  #9404) on that preset. Rows of other versions, or none stated, on the default
+  ``vllm-ascend-aclgraph`` (host time per layer derived from the PIECEWISE mechanism).
 * scheduler limits: vLLM's defaults for ``vllm serve`` on a device with less than 70 GiB,
   ``max_num_batched_tokens`` 2048 and ``max_num_seqs`` 256 (vllm-project/vllm
   vllm/engine/arg_utils.py, ``EngineArgs`` batch defaults, UsageContext.OPENAI_API_SERVER); block
@@ -29,6 +33,15 @@ row's ``assumed`` field):
   an "Atlas A2" server or no chip runs on the Ascend910B2 preset, as that script does (assumed).
 * precision: as stated; not stated, bf16 (vLLM's ``dtype=auto`` takes the config's
   ``torch_dtype``, bfloat16 for these models); int8 as W8A8. W4A4 is not modelled.
+* async scheduling: vLLM's ``--async-scheduling`` (the engine schedules step k+1 while step k runs)
+  is on by default from vLLM v0.14.0 ("Async scheduling is now enabled by default", vLLM v0.14.0
+  release notes, #27614); vllm-ascend releases carry the version of the vLLM they run on, so rows of
+  vllm-ascend v0.14.0 or later run with it, earlier ones and rows whose version is not stated
+  without (assumed).
+* overloaded issue reports: a row whose notes say the server was heavily overloaded (requests
+  arriving faster than it serves them) is listed, not run: its TTFT is queueing that grows with the
+  run's length, and its served rate (0.02 req/s for Qwen3-8B at 1024/2048 tokens, issue #3112) is
+  far below what the same software serves in every other row, a failure the report does not explain.
 * prefix caching: the rows' prompts are random tokens (``--dataset-name random``) or distinct
   conversations, so no request shares a prefix with another and caching changes nothing; the
   runs have no shared prefix.
@@ -95,6 +108,7 @@ class Run:
     output: int
     rate: float
     concurrency: int | None
+    async_scheduling: bool = False
 
     @property
     def load(self) -> str:
@@ -219,6 +233,10 @@ def _precision(row: dict[str, str], assumed: list[str]) -> str:
     return "bf16"
 
 
+# vllm-ascend releases (major, minor) whose graph mode has a preset of its own: the host time per layer measured on it
+RELEASE_STACKS = {(0, 18): "vllm-ascend-aclgraph-0.18"}   # issue #9404, v0.18.0rc1
+
+
 def _stack(row: dict[str, str], assumed: list[str]) -> str:
     fw = row["framework"].lower()
     if "mindie" in fw:
@@ -230,7 +248,25 @@ def _stack(row: dict[str, str], assumed: list[str]) -> str:
         assumed.append(f"vllm-ascend v{'.'.join(m.groups())} ran eager: graph mode came with the V1 engine in "
                        "v0.9.0rc1")
         return "vllm-ascend-eager"
+    if m and (int(m.group(1)), int(m.group(2))) in RELEASE_STACKS:
+        return RELEASE_STACKS[int(m.group(1)), int(m.group(2))]
     return "vllm-ascend-aclgraph"
+
+
+
+ASYNC_FROM = (0, 14, 0)   # vLLM v0.14.0: async scheduling on by default
+
+
+def _async_scheduling(row: dict[str, str], stack: str, assumed: list[str]) -> bool:
+    """vLLM's async scheduling for a vLLM-Ascend row: on from vLLM (and vllm-ascend) v0.14.0."""
+    if stack == "mindie":
+        return False
+    fw = row["framework"].lower()
+    m = re.search(r"vllm-ascend\s+v?(\d+)\.(\d+)\.(\d+)", fw) or re.search(r"vllm\s+v?(\d+)\.(\d+)\.(\d+)", fw)
+    if not m:
+        assumed.append(f"vLLM version not stated ({row['framework']!r}): synchronous scheduling")
+        return False
+    return tuple(int(x) for x in m.groups()) >= ASYNC_FROM
 
 
 def _chip(row: dict[str, str], assumed: list[str]) -> str:
@@ -271,6 +307,10 @@ def express(row: dict[str, str]) -> tuple[Run, list[str]]:
         except NotExpressible as e:
             reasons.append(str(e))
 
+    if "heavily overloaded" in row["notes"]:
+        reasons.append("an issue report of an overloaded server (requests arrive faster than it serves them): its "
+                       "TTFT is queueing that grows with the run's length, and its served rate is far below what the "
+                       "same software serves in the other rows, a failure the report does not explain")
     if "CI baseline" in row["metric"]:
         reasons.append("a CI regression gate's baseline (a run passes at >= 0.97 x it), not one measurement")
     elif row["metric"] not in METRICS:
@@ -288,8 +328,9 @@ def express(row: dict[str, str]) -> tuple[Run, list[str]]:
     if note:
         assumed.append(f"{row['model']}: {note}")
     (rate, concurrency), (prompt, output), (cards, tp) = got["load"], got["lengths"], got["cards"]
-    return Run(model, _chip(row, assumed), cards, tp, _stack(row, assumed), got["precision"], got["requests"], prompt,
-               output, rate, concurrency), assumed
+    stack = _stack(row, assumed)
+    return Run(model, _chip(row, assumed), cards, tp, stack, got["precision"], got["requests"], prompt,
+               output, rate, concurrency, _async_scheduling(row, stack, assumed)), assumed
 
 
 def read_rows(path: str | Path = DATA) -> list[dict[str, str]]:
@@ -326,7 +367,8 @@ def simulate(run: Run, progress: bool = False):
     return serve(run.model, chip=chip, requests=run.requests, rate=run.rate, concurrency=run.concurrency,
                  cards=run.cards, tp=run.tp, precision=run.precision, stack=run.stack,
                  lengths=[(run.prompt, run.output)] * run.requests, max_batched_tokens=MAX_BATCHED_TOKENS,
-                 max_num_seqs=MAX_NUM_SEQS, block_size=BLOCK_SIZE, progress=progress)
+                 max_num_seqs=MAX_NUM_SEQS, block_size=BLOCK_SIZE, progress=progress,
+                 async_scheduling=run.async_scheduling)
 
 
 def validate_serving(rows: list[dict[str, str]] | None = None, progress: bool = False) -> ServingValidation:

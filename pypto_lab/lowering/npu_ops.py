@@ -211,15 +211,15 @@ def fusion_attention(graph: Graph, node: Node, chip: Chip, precision: Precision)
 
 
 def fusion_attention_backward(graph: Graph, node: Node, chip: Chip, precision: Precision) -> list[KernelSpec]:
-    """FlashAttentionScoreGrad: the scores recomputed and five GEMMs to the forward's two, costed as
-    the table's FlashAttention backward is (`train_ops.flash_attention_backward`): 2.5 forward kernels."""
+    """FlashAttentionScoreGrad: the scores recomputed and five GEMMs to the forward's two, one kernel
+    (`pypto_lab.hw.attention_grad`), as the table's FlashAttention backward is."""
     q, k = arg(node, "query"), arg(node, "key")
     layout = str(arg(node, "input_layout", "BSH"))
     b, n, _, sq, skv, d = attention_dims(shape(graph, q), shape(graph, k), layout, int(arg(node, "head_num", 1)))
     dt = _vec_dtype(dtype(graph, q))
-    full = AttentionKernel(max(1, b * n), max(1, sq), max(1, skv), max(1, d), dt, flash=True)
-    half = AttentionKernel(max(1, b * n // 2), max(1, sq), max(1, skv), max(1, d), dt, flash=True)
-    return [full, full, half]
+    causal = _causal(arg(node, "sparse_mode", 0), arg(node, "next_tockens", 2147483647))
+    return [AttentionKernel(max(1, b * n), max(1, sq), max(1, skv), max(1, d), dt, flash=True,
+                            causal=causal and sq <= skv, backward=True)]
 
 
 def fused_infer_attention(graph: Graph, node: Node, chip: Chip, precision: Precision) -> KernelSpec:

@@ -5,7 +5,9 @@ names them; element-wise gradients, softmax gradients and the like need no rule 
 
 * ``convolution_backward`` -> Conv2DBackpropInput (the input gradient: the output gradient
   convolved with the flipped weights, M = N*H*W, K = C_out*kh*kw, N = C_in, its A read through
-  load3d) and Conv2DBackpropFilter (the weight gradient: M = C_out, K = N*Ho*Wo, N = C_in*kh*kw),
+  load3d) and Conv2DBackpropFilter (the weight gradient, as A = im2col(x)^T read through load3d:
+  M = C_in*kh*kw, K = N*Ho*Wo, N = C_out, its reduction split over the cores by whole samples as
+  CANN's tiling binds cores to the batch, `filter_batch_split`),
   and a channel sum for the bias, each only when the graph asks for that gradient;
 * training BatchNorm -> BNTrainingReduce (per-channel sum and sum of squares) + BNTrainingUpdate
   (normalise, scale, shift); its backward -> BNTrainingUpdateGrad (the two per-channel sums of
@@ -16,8 +18,8 @@ names them; element-wise gradients, softmax gradients and the like need no rule 
   (``mindspeed/core/transformer/moe/grouped_matmul_util.py``: ``npu_gmm([grad], [weight^T], ...,
   group_type 0)`` for the input gradient, ``npu_gmm([x^T], [grad], ..., group_type 2)`` for the
   weight gradient, split along K);
-* FlashAttention's backward: five GEMMs against the forward's two (FlashAttention-2, Dao 2023,
-  Algorithm 2), costed as two and a half fused forward kernels.
+* FlashAttention's backward: CANN's FlashAttentionScoreGrad, one kernel that recomputes the
+  scores and runs five GEMMs against the forward's two (`pypto_lab.hw.attention_grad`).
 
 Statistics and their gradients compute in the precision's ``stats`` dtype (fp32 under AMP: apex
 keeps BatchNorm in fp32 at O2).
@@ -53,6 +55,29 @@ def _cube(op: str, batch: int, m: int, k: int, n: int, precision: Precision,
                       im2col=im2col)
 
 
+def filter_batch_split(chip: Chip, groups: int, m: int, n: int, samples: int) -> int:
+    """How many parts Conv2DBackpropFilter's reduction over the N x Ho x Wo output positions is split
+    into across the cores, as CANN's tiling does: its weight gradient is a small C_in*kh*kw x C_out
+    matrix whose blocks alone leave most cores idle, so the tiling binds cores to the batch as
+    well (hicann/ops-nn conv/conv3d_backprop_filter_v2/op_host/op_tiling/arch22/
+    conv3d_backprop_filter_v2_basic_block_tiling.cpp@234e4e40: the units dealt to the cores are
+    batch x dout x mCnt x kCnt x nCnt outside deterministic mode, over basic blocks of 128 x 128
+    and up; the 910A's TBE tiling sets blockDim = m_dim x n_dim x batch_dim x k_dim) and adds the
+    partial gradients into the fp32 output (atomic add). The split: the divisor ``b`` of the batch
+    (whole samples per part) that gives the cores the least work each, ``ceil(b x blocks / cores)
+    / b`` with ``blocks`` the 128 x 128 blocks of C, the smallest such ``b`` (each part adds one
+    more partial C)."""
+    blocks = groups * -(-m // 128) * -(-n // 128)
+    cores = chip.cube_cores
+
+    def load(b: int) -> float:
+        return -(-b * blocks // cores) / b
+
+    divisors = [d for d in range(1, samples + 1) if samples % d == 0]
+    best = min(load(d) for d in divisors)
+    return min(d for d in divisors if load(d) <= best * 1.0001)
+
+
 def convolution_backward(graph: Graph, node: Node, chip: Chip, precision: Precision) -> list[KernelSpec]:
     dy, x, w = _shape(graph, node, 0), _shape(graph, node, 1), _shape(graph, node, 2)
     groups = int(node.args[9])
@@ -65,8 +90,15 @@ def convolution_backward(graph: Graph, node: Node, chip: Chip, precision: Precis
     if mask[0]:   # dL/dx: the output gradient convolved with the flipped weights, read through load3d
         specs.append(_cube("Conv2DBackpropInput", groups, n * h * wd, (cout // groups) * kh * kw, cin_g, precision,
                            Im2col(w=wo, wo=wd, kh=kh, kw=kw, stride=1)))
-    if mask[1]:   # dL/dW: output gradient (C_out x N*Ho*Wo) times the input's im2col rows
-        specs.append(_cube("Conv2DBackpropFilter", groups, cout // groups, n * ho * wo, cin_g * kh * kw, precision))
+    if mask[1]:   # dL/dW: the input's im2col rows (read through load3d) against the output gradient
+        stride = int(node.args[4][0]) if len(node.args) > 4 and node.args[4] else 1
+        split = filter_batch_split(chip, groups, cin_g * kh * kw, max(1, cout // groups), n)
+        if split > 1:   # the atomically added output zeroed first: the operator's MemSet task (msprof-analyze
+            # test/ut/advisor/timeline_advice/trace_view.json@8399c1cd: Conv2DBackpropFilter6_MemSet before each)
+            specs.append(vector_spec("MemSet", ("copy",), cout * cin_g * kh * kw, "fp32", "fp32", 0))
+        specs.append(CubeKernel("Conv2DBackpropFilter", groups * split, cin_g * kh * kw, n * ho * wo // split,
+                                max(1, cout // groups), precision.cube, "fp32" if split > 1 else precision.cube_out,
+                                im2col=Im2col(w=wd, wo=wo, kh=kh, kw=kw, stride=stride, along_k=True)))
         ins.append(prod(x))
     if len(mask) > 2 and mask[2]:
         specs.append(vector_spec("BiasAddGrad", ("sum",), prod(dy), precision.vector, precision.vector, 1, ho * wo))
@@ -117,15 +149,14 @@ def grouped_matmul_backward(graph: Graph, node: Node, chip: Chip, precision: Pre
 
 
 def flash_attention_backward(graph: Graph, node: Node, chip: Chip, precision: Precision) -> list[KernelSpec]:
-    """FlashAttention's backward recomputes the scores and runs five GEMMs to the forward's two
-    (FlashAttention-2, Dao 2023, Algorithm 2): costed as 2.5 forward kernels, rounded to the
-    kernel: two forward passes' worth plus half of one."""
+    """FlashAttention's backward as CANN's FlashAttentionScoreGrad runs it: one kernel that
+    recomputes the scores and runs five GEMMs with its Vector work (`pypto_lab.hw.attention_grad`)."""
     q, k = _shape(graph, node, 1), _shape(graph, node, 2)
     b, h, s_q, d = q
-    spec = AttentionKernel(batch_heads=b * h, s_q=s_q, s_k=k[2], d=d, dtype=precision.cube, flash=True)
-    half = AttentionKernel(batch_heads=max(1, b * h // 2), s_q=s_q, s_k=k[2], d=d, dtype=precision.cube, flash=True)
-    return [spec, spec, half]
+    return [AttentionKernel(batch_heads=b * h, s_q=s_q, s_k=k[2], d=d, dtype=precision.cube, flash=True,
+                            backward=True)]
 
 
-__all__ = ["batch_norm_backward", "batch_norm_training", "convolution_backward", "flash_attention_backward",
+__all__ = ["batch_norm_backward", "batch_norm_training", "convolution_backward", "filter_batch_split",
+           "flash_attention_backward",
            "grouped_matmul_backward", "layer_norm_backward", "scatter_add_rows"]

@@ -13,6 +13,11 @@ decides what a kernel costs beyond its time on the AI cores:
   model execution's head cost);
 * ``host_device_overlap``: whether the host runs ahead of the device (an asynchronous task queue)
   or waits for each kernel;
+* ``layer_host_us`` (optional, 0 when absent; graph stacks only): host time per attention layer of a
+  step spent outside the captured graph, where the graph is cut at each attention layer (vLLM's
+  PIECEWISE cudagraph mode: the attention, with its KV-cache write, runs eagerly between graph pieces
+  and the next piece is replayed), charged on the host before that layer's attention
+  (`timeline.Launch.graph_break`);
 * ``ifa_overhead_us`` (optional, 0 when absent): device time per run of IncreFlashAttention over a
   preallocated KV cache beyond the chip model's kernel time (`KernelSpec.ifa_overhead`): a fitted
   constant of torchair's graph mode, whose origin is not identified (its preset says why it is not
@@ -86,6 +91,7 @@ class Stack:
     host_device_overlap: bool
     fusions: frozenset[str]
     ifa_overhead_us: float = 0.0
+    layer_host_us: float = 0.0
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     path: str = field(default="", compare=False, repr=False)
 
@@ -113,6 +119,10 @@ class Stack:
                 values[key] = float(v)
         if "fusions" in values:
             values["fusions"] = _check_fusions(values["fusions"], "with_values")
+        if values.get("layer_host_us") and self.runs != "graph":
+            raise StackConfigError(f"layer_host_us = {values['layer_host_us']!r}: host time per layer outside a captured "
+                                   f"graph needs a graph stack; {self.name!r} runs {self.runs!r}. Fix: layer_host_us=0.0, "
+                                   "or start from a graph stack (vllm-ascend-aclgraph)")
         name = values.pop("name", None) or f"{self.name} (changed: {', '.join(sorted(values))})"
         return dataclasses.replace(self, name=name, **values)
 
@@ -126,14 +136,16 @@ class Stack:
     def summary(self) -> dict[str, Any]:
         return {"name": self.name, "runs": self.runs, "dispatch_us": self.dispatch_us, "launch_us": self.launch_us,
                 "step_host_us": self.step_host_us, "ifa_overhead_us": self.ifa_overhead_us,
+                "layer_host_us": self.layer_host_us,
                 "host_device_overlap": self.host_device_overlap,
                 "fusions": sorted(self.fusions)}
 
 
-_NUMBERS = ("dispatch_us", "launch_us", "step_host_us", "ifa_overhead_us")
+_NUMBERS = ("dispatch_us", "launch_us", "step_host_us", "ifa_overhead_us", "layer_host_us")
 _SCHEMA = {"name": str, "runs": str, "description": str, "dispatch_us": float, "launch_us": float,
-           "step_host_us": float, "host_device_overlap": bool, "fusions": list, "ifa_overhead_us": float}
-_OPTIONAL = frozenset({"ifa_overhead_us"})
+           "step_host_us": float, "host_device_overlap": bool, "fusions": list, "ifa_overhead_us": float,
+           "layer_host_us": float}
+_OPTIONAL = frozenset({"ifa_overhead_us", "layer_host_us"})
 
 
 def _check_fusions(fusions: Any, where: str) -> frozenset[str]:
@@ -162,6 +174,7 @@ def load_stack(path: str | Path) -> Stack:
         raise r.fail("stack", None, "missing section", "add a [stack] table")
     s = r.section("stack", doc["stack"], _SCHEMA, optional=_OPTIONAL)
     s.setdefault("ifa_overhead_us", 0.0)
+    s.setdefault("layer_host_us", 0.0)
     if s["runs"] not in RUNS:
         raise r.fail("stack.runs", s["runs"], "unknown way of running kernels", f"use one of {', '.join(RUNS)}")
     for key in _NUMBERS:
@@ -169,11 +182,16 @@ def load_stack(path: str | Path) -> Stack:
     if s["runs"] != "eager" and s["dispatch_us"]:
         raise r.fail("stack.dispatch_us", s["dispatch_us"], f"a stack that runs a {s['runs']} dispatches no kernel "
                      "from the host one by one", "set dispatch_us = 0, or runs = \"eager\"")
+    if s["runs"] != "graph" and s["layer_host_us"]:
+        raise r.fail("stack.layer_host_us", s["layer_host_us"], f"host time per layer outside a captured graph needs "
+                     f"a graph to cut; a stack that runs {s['runs']!r} has none (an eager stack pays dispatch_us per "
+                     "kernel instead)", "set layer_host_us = 0, or runs = \"graph\"")
     fusions = _check_fusions(s["fusions"], f"{path}: key 'stack.fusions'")
     return Stack(name=s["name"], runs=s["runs"], description=s["description"], dispatch_us=s["dispatch_us"],
                  launch_us=s["launch_us"], step_host_us=s["step_host_us"],
                  host_device_overlap=s["host_device_overlap"], fusions=fusions,
-                 ifa_overhead_us=s["ifa_overhead_us"], sources=MappingProxyType(r.sources), path=str(path))
+                 ifa_overhead_us=s["ifa_overhead_us"], layer_host_us=s["layer_host_us"],
+                 sources=MappingProxyType(r.sources), path=str(path))
 
 
 _FOLDER = PresetFolder(STACK_DIR, lambda path: load_stack(path), StackConfigError, "stack")

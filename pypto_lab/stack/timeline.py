@@ -13,6 +13,15 @@ adds no launch to it. A kernel run ``count`` times in a row (a layer's kernel ov
 layers) is placed in closed form: with ``u`` its device time plus launch and ``h`` the dispatch,
 the last run ends at ``max(F + c u, H + h + (c - 1) max(h, u) + u)`` (``F`` the device free, ``H``
 the host clock), the recurrence of placing them one by one.
+
+A graph cut at each attention layer (vLLM's PIECEWISE cudagraph mode, ``Stack.layer_host_us``):
+the kernel that opens a layer's attention is marked ``graph_break``. Kernels in program order (one
+run each, `optimize`'s) take ``layer_host_us`` of host before each such kernel, as a dispatch. For
+kernels grouped by kind over ``L`` layers (the LLM engine's), the host spends ``layer_host_us`` per
+layer (the eager attention and the replay of the next graph piece) while the device runs the layers
+already given to it, so the step lasts at least ``L h + u`` plus the kernels outside the layers
+(``u`` one layer's device time, the last layer's, after the host is done): a host slower than the
+device per layer makes the step host-bound, a faster one changes nothing (`_cut_at_attention`).
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ class Launch:
     count: int = 1
     collective: bool = False
     ifa_overhead: bool = False
+    graph_break: bool = False   # the host runs each layer's attention outside the graph (Stack.layer_host_us)
 
 
 @dataclass(frozen=True)
@@ -93,21 +103,28 @@ class Stream:
         self.placed: list[Placed] = []
         self.device = self.launched = 0.0
         self.dispatches = 0
+        self.breaks = 0                             # attention layers run from the host (layer_host_us)
 
     @property
     def now_us(self) -> float:
         """When the last kernel placed so far ends."""
         return self.free
 
-    def run(self, device_us: float, count: int = 1, collective: bool = False, ifa_overhead: bool = False) -> Placed:
+    def run(self, device_us: float, count: int = 1, collective: bool = False, ifa_overhead: bool = False,
+            graph_break: bool = False) -> Placed:
         """Place ``count`` runs of a kernel taking ``device_us`` each on the device (``ifa_overhead``:
-        the stack's per-run IncreFlashAttention overhead is charged on it)."""
+        the stack's per-run IncreFlashAttention overhead is charged on it; ``graph_break``: it opens a
+        layer's attention, which a graph cut at the attention runs from the host,
+        ``Stack.layer_host_us`` before each run)."""
         c = int(count)
         if c <= 0:
             p = Placed(self.free, self.free, 0.0)
             self.placed.append(p)
             return p
         stack, h = self.stack, self.stack.dispatch_us
+        if graph_break and stack.layer_host_us:
+            h += stack.layer_host_us
+            self.breaks += c
         launch = launch_cost(stack, collective, ifa_overhead)
         u = device_us + launch
         if not host_waits(stack):
@@ -133,15 +150,36 @@ class Stream:
 
     def timeline(self) -> StepTimeline:
         return StepTimeline(tuple(self.placed), self.free - self.start, self.device, self.launched,
-                            self.stack.step_host_us + self.dispatches * self.stack.dispatch_us, self.stack.name)
+                            self.stack.step_host_us + self.dispatches * self.stack.dispatch_us
+                            + self.breaks * self.stack.layer_host_us, self.stack.name)
 
 
 def run_in_order(kernels: Sequence[Launch], stack: Stack, start_us: float = 0.0) -> StepTimeline:
     """Place ``kernels`` one after another on one stream under ``stack`` (see the module docstring)."""
+    # kernels in program order (one run each) take the host's time per layer where it falls; a
+    # layer's kernels grouped by kind (``count`` runs in a row, the LLM engine's) in closed form
+    grouped = next((k.count for k in kernels if k.graph_break and k.count > 1), 0) if stack.layer_host_us else 0
     stream = Stream(stack, start_us)
     for k in kernels:
-        stream.run(k.device_us, k.count, k.collective, k.ifa_overhead)
-    return stream.timeline()
+        stream.run(k.device_us, k.count, k.collective, k.ifa_overhead, k.graph_break and not grouped)
+    tl = stream.timeline()
+    return _cut_at_attention(tl, kernels, grouped, stack) if grouped else tl
+
+
+def _cut_at_attention(tl: StepTimeline, kernels: Sequence[Launch], layers: int, stack: Stack) -> StepTimeline:
+    """A graph cut at each of ``layers`` attention layers: the host spends ``layer_host_us`` per layer
+    (the eager attention, the next piece's replay) while the device runs the layers it was given: the
+    step lasts at least the host's ``layers * h``, then the last layer on the device (``u``: every
+    kernel run once per layer, with its launch) and the kernels outside the layers (embedding, LM
+    head, sampling); the step is the longer of that and the kernels' own timeline."""
+    h = stack.layer_host_us
+    per_layer = sum((k.device_us + launch_cost(stack, k.collective, k.ifa_overhead)) * k.count
+                    for k in kernels if k.count == layers) / layers
+    rest = sum((k.device_us + launch_cost(stack, k.collective, k.ifa_overhead)) * k.count
+               for k in kernels if k.count != layers)
+    host_bound = stack.step_host_us + layers * h + per_layer + rest
+    return StepTimeline(tl.placed, max(tl.step_us, host_bound), tl.device_us, tl.launch_us,
+                        tl.host_us + layers * h, tl.stack)
 
 
 class HostClock:
@@ -152,9 +190,10 @@ class HostClock:
         self.stack = stack
         self.t = start_us + stack.step_host_us
 
-    def dispatch(self) -> float:
-        """Dispatch the next kernel; the time from which the device may start it."""
-        self.t += self.stack.dispatch_us
+    def dispatch(self, graph_break: bool = False) -> float:
+        """Dispatch the next kernel (``graph_break``: it opens a layer's attention, run from the host
+        outside a graph cut there, `Stack.layer_host_us`); the time from which the device may start it."""
+        self.t += self.stack.dispatch_us + (self.stack.layer_host_us if graph_break else 0.0)
         return self.t
 
     def kernel_ended(self, end_us: float) -> None:

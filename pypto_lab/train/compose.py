@@ -24,8 +24,10 @@ gradient collectives, the optimizer and every rank's memory: `compose` returns t
   reduce-scatter under a sharded optimizer (`pypto_lab.train.zero`), over the data- and
   context-parallel group.
 * **The optimizer** updates the rank's shard of its stage's parameters: one fused Vector kernel (CANN's
-  ApplyAdamW / ApplyMomentum), with the loss-scale overflow check under fp16 and the fp32 master
-  weights cast back to half under O2. A sharded optimizer then all-gathers the updated weights
+  ApplyAdamW / ApplyMomentum) over the flat buffer (apex's NpuFused optimizers combine the tensors,
+  DeepSpeed's optimizers step flat partitions), or one per parameter tensor where the framework
+  runs it so (MindSpeed's AdamW, `Extras.per_tensor_optimizer`: each dispatched by the host), with
+  the loss-scale overflow check under fp16 and the fp32 master weights cast back to half under O2. A sharded optimizer then all-gathers the updated weights
   (exposed, unless ``overlap_param_gather`` hides them under the next step's first forward).
 * **Memory** per rank: its stage's weights, gradients and optimizer state as sharded, the
   activations its pass order keeps alive at once (`pypto_lab.train.pipeline.peak_activations`), two
@@ -48,6 +50,10 @@ from .policy import BYTES
 from .report import BucketComm, StageReport, TrainReport
 from .zero import StateBytes, dp_collectives, grad_bytes, state_bytes
 
+# the optimizer's kernels that run once per parameter tensor under `Extras.per_tensor_optimizer`
+# (Ascend/MindSpeed mindspeed/core/optimizer/adamw.py@028de58c: AdamW.step calls torch._fused_adamw_ for each
+# parameter; Megatron's distributed optimizer copies each updated fp32 shard into its bf16 parameter)
+PER_TENSOR = ("ApplyAdamw", "ApplyAdam", "ApplySgd", "ApplyMomentum", "WriteOptimizerState", "CastMasterToHalf")
 OPTIMIZERS = {
     # name: (fp32 tensors read per parameter, written, the fused update's vector ops, optimizer state)
     "sgd": (3, 2, ("mul", "add", "mul", "add"), 1),                       # p, g, momentum
@@ -93,6 +99,8 @@ class Extras:
     checkpoint: bool = False
     accumulate: str = "after-first"   # gradients added into an accumulator: "every" micro-batch (Megatron's
     #                                   main_grad without accumulation fusion), "after-first" (torch's .grad), "none"
+    per_tensor_optimizer: bool = False  # the update and the copy back run one kernel per parameter tensor (MindSpeed's
+    #                                   AdamW: torch._fused_adamw_ per parameter), not one over a flat buffer
     strategy: str = "exact"           # how the parameter-sized Vector kernels (gradient accumulation, optimizer)
     #                                   are costed: "exact", or "grid" (`pypto_lab.kernels.grid`: exact at a grid of
     #                                   sizes, linear beyond 4M elements; the configuration search's choice)
@@ -424,13 +432,15 @@ class _Composer:
             experts = self._stage_experts(cs, s)[1]
             n_opt = max(1, int((trained - experts) // lay.shards_optimizer
                                + experts // self.expert_layout().shards_optimizer)) if trained else 0
-            opt_specs = self.optimizer_specs(n_opt) if n_opt else []
+            runs = self.optimizer_runs(cs, s) if n_opt and x.per_tensor_optimizer else 1
+            opt_specs = self.optimizer_specs(max(1, n_opt // runs)) if n_opt else []
             stream = Stream(plan.stack, grads_done)
             for label, spec in opt_specs:
                 kc = cost(spec, self.chip, x.strategy)
-                p = stream.run(kc.time_us)
+                count = runs if label in PER_TENSOR else 1
+                p = stream.run(kc.time_us, count)
                 if s == 0:
-                    kept_kernels_opt.append(CostedKernel(Kernel(label, spec, (), (spec.op,), label), kc, 1,
+                    kept_kernels_opt.append(CostedKernel(Kernel(label, spec, (), (spec.op,), label), kc, count,
                                                          phase="optimizer", start_us=p.start_us))
             opt_us = stream.now_us - grads_done
             gather = 0.0
@@ -496,6 +506,15 @@ class _Composer:
 
     def _stage_params(self, cs: list[Chunk], s: int) -> int:
         return sum(self.params_total.get(seg, 0) for c in cs if c.stage == s for seg in self.segments(c))
+
+    def optimizer_runs(self, cs: list[Chunk], s: int) -> int:
+        """The parameter tensors stage ``s``'s rank updates one kernel each (`Extras.per_tensor_optimizer`):
+        its stage's trained tensors, of which a sharded optimizer's rank holds a contiguous ``1 / shards``
+        of the flat buffer (one more for the tensor cut at its boundary)."""
+        counts = self.plan.tensors_by_segment()
+        n = sum(counts.get(seg, 0) for c in cs if c.stage == s for seg in self.segments(c))
+        shards = self.layout.shards_optimizer
+        return max(1, -(-n // shards) + (1 if shards > 1 else 0))
 
     def optimizer_specs(self, n_train: int) -> list[tuple[str, KernelSpec]]:
         """The optimizer's kernels over ``n_train`` parameters (see the module docstring)."""

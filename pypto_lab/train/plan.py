@@ -215,10 +215,11 @@ class StepPlan:
     def flash_specs(self, node, specs: list[KernelSpec], phase: str) -> list[KernelSpec] | None:
         """The kernels of a node under FlashAttention (None: not part of an attention). Forward:
         the GEMM that makes the scores becomes one fused attention kernel, and everything else on
-        the scores (scale, mask, softmax, the GEMM that consumes them) is inside it. Backward: each
-        of the four gradient GEMMs that touch the scores costs 0.625 of the fused forward (2.5
-        forwards in all: FlashAttention-2's backward recomputes the scores and runs five GEMMs to
-        the forward's two; Dao 2023, Algorithm 2); the softmax gradient is inside them. A causal
+        the scores (scale, mask, softmax, the GEMM that consumes them) is inside it. Backward: the
+        four gradient GEMMs that touch the scores and the softmax gradient are one
+        FlashAttentionScoreGrad kernel (it recomputes the scores and runs five GEMMs to the
+        forward's two, `pypto_lab.hw.attention_grad`), placed at the GEMM that makes the
+        probabilities' gradient (the only backward GEMM with an s x s result). A causal
         LM's attention is causal: the fused kernel computes only the blocks on and below the
         diagonal (npu_fusion_attention's lower-triangular band: ModelLink passes
         ``next_tockens=0``; MindSpeed docs/zh/features/generate-mask.md: the compressed
@@ -237,12 +238,12 @@ class StepPlan:
             return [AttentionKernel(batch_heads=bh, s_q=s_q, s_k=out.shape[-1], d=d, dtype=policy_dtype(specs),
                                     flash=True, causal=self.causal)]
         cube = [sp for sp in specs if isinstance(sp, CubeKernel)]
-        if not cube:
+        if not cube or node not in self.scores:   # dV, dQ, dK: inside the one gradient kernel
             return []
-        bh = cube[0].batch
+        bh = cube[0].batch                        # dP = dO V^T, the gradient GEMM that makes an s x s tensor
         d = min(cube[0].m, cube[0].k, cube[0].n, key=lambda v: (v == seq, v))
-        return [AttentionKernel(batch_heads=max(1, round(bh * 0.625)), s_q=seq, s_k=seq, d=d,
-                                dtype=cube[0].dtype, flash=True, causal=self.causal)]
+        return [AttentionKernel(batch_heads=bh, s_q=seq, s_k=seq, d=d, dtype=cube[0].dtype, flash=True,
+                                causal=self.causal, backward=True)]
 
     # ---- tensor parallelism ----
     def sharded(self, node) -> bool:
@@ -551,6 +552,16 @@ class StepPlan:
             if p in self.step.grads:
                 trained[s] = trained.get(s, 0) + k
         return total, trained
+
+    def tensors_by_segment(self) -> dict[int, int]:
+        """Per segment: how many trained parameter tensors it has (the optimizer's per-tensor kernels)."""
+        memo = self.__dict__.get("_tensors_memo")
+        if memo is None:
+            memo = self.__dict__["_tensors_memo"] = {}
+            for p in self.step.grads:
+                if p in self.pseg:
+                    memo[self.pseg[p]] = memo.get(self.pseg[p], 0) + 1
+        return memo
 
     def experts_by_segment(self) -> tuple[dict[int, int], dict[int, int]]:
         """Per segment: the expert parameters one card holds (their share under ``ep``), and of

@@ -453,7 +453,7 @@ class Prepared:
         return Extras(model_layers=self.layers, optimizer=self.optimizer, bucket_mb=self.bucket_mb,
                       fp32_grads=self.fp32_grads, kv_heads=self.kv_heads, head_dim=self.head_dim,
                       recompute_method=self.recompute_method, checkpoint=lay.recompute == "full",
-                      accumulate=self.accumulate, strategy=self.strategy)
+                      accumulate=self.accumulate, strategy=self.strategy, per_tensor_optimizer=self.megatron)
 
     def memory(self, lay: Layout) -> tuple[dict[str, int], int]:
         """The fullest stage's memory parts and total, without costing a kernel."""

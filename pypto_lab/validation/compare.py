@@ -142,19 +142,19 @@ class Summary:
         return out
 
     def table(self) -> str:
-        lines = [f"{'set':<9} {'regime':<26} {'model':<18} {'setup':<34} {'stack':<22} {'published':>10} "
+        lines = [f"{'set':<9} {'regime':<26} {'model':<18} {'setup':<34} {'stack':<25} {'published':>10} "
                  f"{'simulated':>10} {'error':>7}"]
         for r in self.ran:
             mark = "  (held back)" if r.held_back else ""
-            lines.append(f"{r.set:<9} {r.regime[:26]:<26} {r.model[:18]:<18} {r.setup[:34]:<34} {r.stack[:22]:<22} "
+            lines.append(f"{r.set:<9} {r.regime[:26]:<26} {r.model[:18]:<18} {r.setup[:34]:<34} {r.stack[:25]:<25} "
                          f"{r.published:>10,.2f} {r.simulated:>10,.2f} {r.error:>+7.0%}{mark}")
         lines.append("")
-        lines.append(f"{'regime':<28} {'stack':<22} {'rows':>4} {'median':>7} {'worst':>7} {'±15%':>6} {'±25%':>6} "
+        lines.append(f"{'regime':<28} {'stack':<25} {'rows':>4} {'median':>7} {'worst':>7} {'±15%':>6} {'±25%':>6} "
                      f"{'LOMO':>7}  held back")
         for s in self.regimes():
             held = (f"{s.held_back_rows} rows, median {s.held_back_median:.1%}" if s.held_back_median is not None
                     else (f"{s.held_back_rows} rows" if s.held_back_rows else "-"))
-            lines.append(f"{s.regime[:28]:<28} {s.stack[:22]:<22} {s.rows:>4} {s.median:>7.1%} {s.worst:>7.1%} "
+            lines.append(f"{s.regime[:28]:<28} {s.stack[:25]:<25} {s.rows:>4} {s.median:>7.1%} {s.worst:>7.1%} "
                          f"{s.within_band:>6.0%} {s.within_wide:>6.0%} {s.lomo_median:>7.1%}  {held}")
         for f in self.fitted:
             lines.append(f"fitted: {f.stack}.{f.name} = {f.value:.4g} ({f.script}; on {len(f.fitted_on)} rows)")

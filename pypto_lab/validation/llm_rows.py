@@ -176,6 +176,18 @@ def matmuls(rows: Iterable[dict], loop: int = 100) -> list[Comparison]:
     return out
 
 
+def _serving_mechanisms(run) -> tuple[str, ...]:
+    """The host-side mechanisms a serving run charges, named for the report."""
+    from ..stack import get_stack
+    out = []
+    layer_host = get_stack(run.stack).layer_host_us
+    if layer_host:
+        out.append(f"graph cut at each attention layer (PIECEWISE): {layer_host:g} us of host per layer per step")
+    if run.async_scheduling:
+        out.append("async scheduling (vLLM >= 0.14): a request arriving during a step joins the step after the next")
+    return tuple(out)
+
+
 def serving_rows(tick: Callable[[], None] | None = None) -> list[Comparison]:
     """Every published serving row run the way it was measured (`pypto_lab.llm.serving_validation`:
     rate or closed loop, the row's lengths, requests, cards and stack), one simulation per distinct
@@ -196,7 +208,8 @@ def serving_rows(tick: Callable[[], None] | None = None) -> list[Comparison]:
                               setup=f"{run.cards}x{run.chip} {run.load} {run.prompt}+{run.output} x{run.requests}",
                               stack=run.stack, metric=row["metric"], unit=row["unit"], published=float(row["value"]),
                               source=row["source_url"], row=f"id {row['id']}", simulated=float(get(reports[run])),
-                              mechanisms=(f"{run.load}, continuous batching",) + tuple(assumed)))
+                              mechanisms=(f"{run.load}, continuous batching",) + _serving_mechanisms(run)
+                              + tuple(assumed)))
     for s in skipped:
         row = by_id[s["id"]]
         kind = sv.METRICS.get(row["metric"], ("TTFT",))[0]

@@ -20,6 +20,15 @@
    decode step simulated without it; the leave-one-model-out values show how much it depends on
    any one model.
 
+3. ``torch_npu-eager``'s ``host_op_us``: host time per operation of the model's own code in eager
+   mode (its Python and the dispatcher's pass: views, reshapes, splits and no-op casts included,
+   which launch no kernel), charged on the operations `pypto_lab.llm.forward.MODEL_CODE` counts in
+   each torchair port's decoder layer, on top of ``dispatch_us`` for the kernels. One constant of
+   the stack, fitted (least squares on relative error, golden-section search: the step is not
+   additive in it, the device waiting only once the host is slower) to the published eager
+   (单算子) decode-step latencies of torchair's READMEs (`pypto_lab.validation.llm_rows.fit_host_op_us`),
+   with its leave-one-model-out values.
+
 No public figure gives torch_npu's per-operator dispatch time (its TASK_QUEUE_ENABLE docs and the
 MindStudio host-bound guides describe the mechanism without a number). One public log measures a
 host-bound eager step: vLLM-Ascend's "Profile Execute Duration" guide
@@ -103,6 +112,18 @@ def derive_ifa_overhead() -> dict:
             "rows": [f"{c.model} {c.row}" for c in used], "models": sorted({c.model for c in used})}
 
 
+def derive_host_op_us() -> dict:
+    """torch_npu-eager's host_op_us fitted to the published eager decode rows, and its leave-one-model-out values."""
+    from pypto_lab.validation.llm_rows import eager_fit_rows, fit_host_op_us, read_rows
+
+    rows = read_rows()
+    fit = eager_fit_rows(rows)
+    models = sorted({r["model"] for r in fit})
+    return {"host_op_us": round(fit_host_op_us(rows), 1),
+            "lomo": {m: round(fit_host_op_us(rows, exclude=m), 1) for m in models},
+            "rows": [f"{r['model']} id {r['id']}" for r in fit], "models": models}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true", help="exit 1 unless the eager presets carry the derived value")
@@ -116,12 +137,18 @@ def main() -> int:
     print(f"torchair-graph ifa_overhead_us = {a['ifa_overhead_us']:.1f}  (fitted on {len(a['rows'])} decode rows of "
           f"{', '.join(a['models'])}; leave one model out: "
           + ", ".join(f"without {m} {v:.1f}" for m, v in a["lomo"].items()) + ")")
+    e = derive_host_op_us()
+    print(f"torch_npu-eager host_op_us = {e['host_op_us']:.1f}  (fitted on {len(e['rows'])} eager decode rows of "
+          f"{', '.join(e['models'])}; leave one model out: "
+          + ", ".join(f"without {m} {v:.1f}" for m, v in e["lomo"].items()) + ")")
     if args.check:
         bad = [(n, "dispatch_us", get_stack(n).dispatch_us, d["dispatch_us"]) for n in EAGER_STACKS
                if abs(get_stack(n).dispatch_us - d["dispatch_us"]) > 0.05]
         if abs(get_stack("torchair-graph").ifa_overhead_us - a["ifa_overhead_us"]) > 0.05:
             bad.append(("torchair-graph", "ifa_overhead_us", get_stack("torchair-graph").ifa_overhead_us,
                         a["ifa_overhead_us"]))
+        if abs(get_stack("torch_npu-eager").host_op_us - e["host_op_us"]) > 0.05:
+            bad.append(("torch_npu-eager", "host_op_us", get_stack("torch_npu-eager").host_op_us, e["host_op_us"]))
         for name, key, value, derived in bad:
             print(f"{name}: {key} = {value}, derived {derived:.1f}: update the preset's value")
         return 1 if bad else 0

@@ -194,3 +194,54 @@ def test_the_command_line_lists_the_stacks_and_takes_one(capsys):
     assert all(name in out for name in list_stacks()) and "dispatch us" in out
     assert main(["report", "resnet50", "--level", "1", "--stack", "torch_npu-eager", "--top", "1"]) == 0
     assert "torch_npu-eager" in capsys.readouterr().out
+
+
+def test_the_model_codes_host_operations_lengthen_only_an_eager_host():
+    """An eager host also runs the model code's operations around a kernel (views and reshapes too):
+    each costs host_op_us, the ones launching a kernel a dispatch_us more; the device waits when the
+    host is the slower, and a graph stack ignores them (no Python per operation)."""
+    eager = get_stack("torch_npu-eager").with_values(host_op_us=10.0, dispatch_us=5.0, launch_us=1.0)
+    plain = run_in_order([Launch(20.0, 8)], eager)
+    coded = run_in_order([Launch(20.0, 8, code_ops=4, code_dispatches=1)], eager)
+    assert plain.step_us == pytest.approx(5.0 + 8 * 21.0)           # device-bound: 21 us a run, host 5
+    assert coded.step_us == pytest.approx(8 * (5.0 + 4 * 10.0 + 5.0) + 21.0)   # host-bound: 50 us a run
+    assert coded.host_bound and coded.host_us == pytest.approx(8 * 50.0)
+    graph = get_stack("torchair-graph")
+    assert (run_in_order([Launch(20.0, 8, code_ops=4, code_dispatches=1)], graph).step_us
+            == pytest.approx(run_in_order([Launch(20.0, 8)], graph).step_us))
+    one_by_one = Stream(eager)
+    for _ in range(8):
+        one_by_one.run(20.0, 1, code_ops=4, code_dispatches=1)
+    assert one_by_one.timeline().step_us == pytest.approx(coded.step_us)   # the closed form holds
+
+
+def test_a_graph_whose_shapes_change_every_step_is_scheduled_from_the_host():
+    graph = get_stack("torchair-graph")
+    host = graph.host_scheduled()
+    assert graph.dynamic_shape_dispatch_us > 0 and host.dispatch_us == graph.dynamic_shape_dispatch_us
+    assert "concepts.md" in graph.sources["stack.dynamic_shape_dispatch_us"]
+    tiny = [Launch(1.0, 200)]
+    assert run_in_order(tiny, host).step_us == pytest.approx(200 * host.dispatch_us + 1.0 + graph.launch_us)
+    assert run_in_order(tiny, graph).step_us == pytest.approx(200 * (1.0 + graph.launch_us))
+    for name in ("torch_npu-eager", "atc-om", "vllm-ascend-aclgraph"):    # no such field, or not a graph
+        assert get_stack(name).host_scheduled() == get_stack(name)
+
+
+def test_a_host_slower_per_kernel_is_placed_layer_by_layer_as_the_code_runs():
+    """Where the host's time per kernel is large (the model code on an eager host) the step's kernels
+    run in program order, layer after layer: the step is the longer of a layer's host and device
+    times, not each kernel's own longer one summed (the closed form over a kernel's runs)."""
+    from pypto_lab.llm.forward import layer_by_layer
+
+    stack = get_stack("torch_npu-eager").with_values(dispatch_us=0.0, launch_us=0.0)
+    # a layer: a long kernel (100 us, 5 us of host) and a short one with the code's host work (95 us)
+    kernels = [Launch(5.0), Launch(1.0, 10, code_ops=1), Launch(100.0, 10), Launch(5.0)]
+    stack = stack.with_values(host_op_us=95.0)
+    order = layer_by_layer(kernels, 10)
+    assert [k.count for k in order] == [1] + [1, 1] * 10 + [1]
+    assert order[1].code_ops == 1 and order[2].device_us == 100.0
+    grouped = run_in_order(kernels, stack).step_us
+    interleaved = run_in_order(order, stack).step_us
+    assert grouped == pytest.approx(10 * 95.0 + 1.0 + 10 * 100.0 + 5.0)   # the long kernels wait for all the host work
+    assert interleaved == pytest.approx(95.0 + 10 * 101.0 + 5.0)      # the host works while they run
+    assert layer_by_layer(kernels, 1) == kernels

@@ -189,3 +189,74 @@ def test_a_short_matmul_in_a_torch_npu_loop_is_bound_by_the_hosts_dispatch():
     # 1024^3 takes a few microseconds on the Cube: the loop runs at one dispatch per call
     assert small.simulated == pytest.approx(2 * 1024 ** 3 / eager.dispatch_us / 1e6, rel=0.01)
     assert "host-bound" in small.mechanisms[0] and "host-bound" not in big.mechanisms[0]
+
+
+def test_an_eager_decode_step_runs_the_model_codes_operations_on_the_host():
+    """torchair's ports as their eager rows ran: every operation of a decoder layer's code on the host
+    (forward.MODEL_CODE), spread over the layer's kernels; an eager decode step becomes host-bound, a
+    graph step and the prefill do not move."""
+    from pypto_lab.llm.configs import spec_of
+    from pypto_lab.llm.engine import hardware
+    from pypto_lab.llm.forward import MODEL_CODE, code_launches, forward_kernels
+
+    chip = llm_rows.atlas_800i_a2()
+    code = MODEL_CODE["torchair-qwen2"]
+    hw = hardware(chip, precision="bf16", stack="torch_npu-eager", code="torchair-qwen2")
+    ks = forward_kernels(spec_of("qwen2-7b"), hw, decode=[1100] * 4)
+    extra = code_launches(ks, hw.code)
+    assert sum(k.count * o for k, (o, _) in zip(ks, extra)) == pytest.approx(28 * code.ops)
+    listed = sum(k.count for k in ks if not k.collective and k.count >= 28) / 28
+    assert sum(k.count * d for k, (_, d) in zip(ks, extra)) == pytest.approx(28 * (code.kernels - listed))
+    assert code_launches(ks, None) == [(0.0, 0.0)] * len(ks)
+    kw = dict(batch=4, prompt_len=1024, output_len=4, chip=chip, precision="bf16")
+    eager = get_stack("torch_npu-eager")
+    bare = simulate_generation("qwen2-7b", stack=eager, **kw)
+    coded = simulate_generation("qwen2-7b", stack=eager, code="torchair-qwen2", **kw)
+    host_ms = 28 * (code.ops * eager.host_op_us + code.kernels * eager.dispatch_us) / 1000
+    assert coded.tpot_ms > bare.tpot_ms and coded.tpot_ms >= host_ms           # the device waits for the host
+    assert coded.ttft_ms == pytest.approx(bare.ttft_ms, rel=0.02)              # the prefill's kernels hide it
+    graph = get_stack("torchair-graph")
+    assert (simulate_generation("qwen2-7b", stack=graph, code="torchair-qwen2", **kw).tpot_ms
+            == pytest.approx(simulate_generation("qwen2-7b", stack=graph, **kw).tpot_ms))
+    with pytest.raises(LLMConfigError, match="code = 'vllm'"):
+        simulate_generation("qwen2-7b", code="vllm", **kw)
+    rows = {r["id"]: r for r in llm_rows.read_rows()}
+    assert [llm_rows.row_code(rows[i]) for i in ("103", "105", "101")] == [
+        "torchair-qwen2", "torchair-chatglm3", "torchair-llama"]
+    [c] = llm_rows.fixed_batch([rows["103"]])
+    assert any("model code (torchair-qwen2" in m for m in c.mechanisms)
+
+
+def test_chatglm3s_growing_cache_makes_its_graph_host_scheduled():
+    """ChatGLM3's port compiles with dynamic=True over a cache grown by torch.cat: a new input shape
+    every step, so GE schedules the graph from the host kernel by kernel, the host running ahead; at
+    the stack's per-kernel figure the device hides it, at a slower host the step is the host's. A
+    cache written in place keeps a static graph."""
+    chip = llm_rows.atlas_800i_a2()
+    graph = get_stack("torchair-graph")
+    kw = dict(batch=1, prompt_len=1024, output_len=4, chip=chip, precision="fp16", kv_impl="concat-expand")
+    sunk = simulate_generation("chatglm3-6b", stack=graph.with_values(dynamic_shape_dispatch_us=0.0), **kw)
+    host = simulate_generation("chatglm3-6b", stack=graph, **kw)
+    slow = simulate_generation("chatglm3-6b", stack=graph.with_values(dynamic_shape_dispatch_us=200.0), **kw)
+    runs = sum(k.count for k in host.decode_kernels)
+    assert sunk.tpot_ms <= host.tpot_ms < sunk.tpot_ms * 1.01              # hidden behind the device
+    assert slow.tpot_ms >= runs * 0.2 > sunk.tpot_ms                       # host-bound: every kernel's dispatch
+    kw["kv_impl"] = "in-place"
+    assert (simulate_generation("chatglm3-6b", stack=graph.with_values(dynamic_shape_dispatch_us=200.0), **kw).tpot_ms
+            == pytest.approx(simulate_generation("chatglm3-6b", stack=graph, **kw).tpot_ms))
+    rows = {r["id"]: r for r in llm_rows.read_rows()}
+    [c] = llm_rows.fixed_batch([rows["89"]])
+    assert any("dynamic-shape graph" in m for m in c.mechanisms)
+
+
+def test_the_eager_host_constant_is_fitted_on_the_eager_rows_and_left_out_per_model():
+    rows = llm_rows.read_rows()
+    fit = llm_rows.eager_fit_rows(rows)
+    assert {r["model"] for r in fit} == {"Llama-2-70B", "Qwen2-7B", "ChatGLM3-6B"}   # Llama-2-7B held back
+    assert all(r["metric"].startswith("decode") for r in fit)
+    t = get_stack("torch_npu-eager").host_op_us
+    out = llm_rows.fixed_batch([r for r in rows if r["id"] in ("103", "105")])
+    fitted = llm_rows.with_eager_leave_one_model_out(out, [r for r in rows if r["id"] in ("103", "105")],
+                                                     get_stack("torch_npu-eager"))
+    assert fitted.name == "host_op_us" and fitted.value == t
+    assert all(c.lomo_simulated is not None for c in out)

@@ -24,7 +24,7 @@ from ..kernels.cost import CostedKernel
 from ..stack import Stack, get_stack
 from ..stack.preset import DEFAULT_LLM_STACK
 from .configs import LLMConfigError, LLMSpec, spec_of
-from .forward import KV_IMPLS, Hardware, check_hardware, forward_kernels, step_time_us
+from .forward import KV_IMPLS, MODEL_CODE, Hardware, check_hardware, forward_kernels, hw_step_time_us
 from .memory import (
     DEFAULT_HBM_UTILIZATION,
     HBMCapacityError,
@@ -68,14 +68,18 @@ def launch_moved(value, stack) -> LLMConfigError:
 
 def hardware(chip: str | Chip, cards: int = 1, tp: int | None = None, ep: int = 1, precision: str = "fp16",
              kv_dtype: str | None = None, topology=None, stack: str | Stack = DEFAULT_LLM_STACK,
-             kv_impl: str = "in-place") -> Hardware:
+             kv_impl: str = "in-place", code: str | None = None) -> Hardware:
     """A `Hardware` from user arguments: ``tp=None`` means tensor parallelism over all cards;
     ``stack`` the software stack running the steps (`pypto_lab.stack`); ``kv_impl`` how the
-    deployment's model code keeps the KV cache (`forward.KV_IMPLS`)."""
+    deployment's model code keeps the KV cache (`forward.KV_IMPLS`); ``code`` the model code whose
+    host operations an eager stack runs (a name of `forward.MODEL_CODE`, None: not charged)."""
     if kv_impl not in KV_IMPLS:
         raise LLMConfigError("kv_impl", kv_impl, "names how the model code keeps the KV cache: "
                              + "; ".join(f"'{k}': {v}" for k, v in KV_IMPLS.items()),
                              [("in-place", "vLLM-Ascend, MindIE, torchair's Llama and Qwen2 ports")])
+    if code is not None and code not in MODEL_CODE:
+        raise LLMConfigError("code", code, "names a deployment's model code whose host operations are counted",
+                             [(c, MODEL_CODE[c].source) for c in MODEL_CODE])
     chip = get_chip(chip)
     stack = get_stack(stack)
     cards = check_count("cards", cards, 1, what="cards")
@@ -89,7 +93,7 @@ def hardware(chip: str | Chip, cards: int = 1, tp: int | None = None, ep: int = 
     topo = get_topology(topology) if topology is not None else default_topology(chip, cards)
     kv = kv_dtype or ("bf16" if precision == "bf16" else "fp16")
     return Hardware(chip=chip, cards=cards, tp=tp, ep=ep, topology=topo, precision=precision, kv_dtype=kv,
-                    stack=stack, kv_impl=kv_impl)
+                    stack=stack, kv_impl=kv_impl, code=MODEL_CODE[code] if code else None)
 
 
 @dataclass
@@ -254,7 +258,7 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
                         precision: str = "fp16", *, ep: int = 1, kv_dtype: str | None = None, topology=None,
                         stack: str | Stack = DEFAULT_LLM_STACK, hbm_utilization: float = DEFAULT_HBM_UTILIZATION,
                         context_points: int = 5, launch_us: float | None = None,
-                        kv_impl: str = "in-place", kernels: dict | None = None) -> LLMReport:
+                        kv_impl: str = "in-place", kernels: dict | None = None, code: str | None = None) -> LLMReport:
     """Prefill ``batch`` prompts of ``prompt_len`` tokens together, then decode ``output_len``
     tokens for each, on ``cards`` cards of ``chip``. ``model``: a known name, a config.json path, a
     transformers config or causal-LM module, or an `LLMSpec`; ``stack`` the software stack that
@@ -264,7 +268,8 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
     pto kernels as the implementation of a layer kind in the decode steps, ``{"attention" |
     "linear_attention" | "moe": kernel}`` (`pypto_lab.llm.plug`: each costed by its SIM run at the
     step's shapes; a kernel declared ``phase="prefill"`` or ``"both"`` also runs the prefill, and so
-    the TTFT; the report's ``plugged`` names them with their phase and cost). Raises `HBMCapacityError`
+    the TTFT; the report's ``plugged`` names them with their phase and cost). ``code``: the model
+    code whose host operations an eager stack runs (`forward.MODEL_CODE`). Raises `HBMCapacityError`
     when the weights, the KV cache and the activations do not fit a card."""
     if launch_us is not None:
         raise launch_moved(launch_us, stack)
@@ -275,7 +280,7 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
     hbm_utilization = check_real("hbm_utilization", hbm_utilization, low=0.0, low_open=True, high=1.0, example=0.9,
                                  what="the share of HBM the engine may use")
     context_points = check_count("context_points", context_points, 5, what="decode contexts to cost")
-    hw = hardware(chip, cards, tp, ep, precision, kv_dtype, topology, stack, kv_impl)
+    hw = hardware(chip, cards, tp, ep, precision, kv_dtype, topology, stack, kv_impl, code)
     check_hardware(spec, hw)
     plugged = None
     if kernels:
@@ -289,7 +294,7 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
     b = _split(batch, hw)
     prefill = forward_kernels(spec, hw, prefill=[(prompt_len, 0)] * b, strategy="exact",   # one step: simulated
                               plugged=plugged)
-    ttft_ms = step_time_us(prefill, hw.stack) / 1000
+    ttft_ms = hw_step_time_us(prefill, hw) / 1000
     steps = max(1, output_len - 1)
     first, last = prompt_len + 1, prompt_len + steps
     n = max(2, min(context_points, steps))
@@ -297,7 +302,7 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
     per_ctx = []
     for c in ctxs:
         ks = forward_kernels(spec, hw, decode=[c] * b, plugged=plugged)
-        per_ctx.append((c, step_time_us(ks, hw.stack) / 1000, sum(k.time_us for k in ks if k.collective) / 1000))
+        per_ctx.append((c, hw_step_time_us(ks, hw) / 1000, sum(k.time_us for k in ks if k.collective) / 1000))
     # mean over the steps: trapezoids between the costed contexts
     if len(per_ctx) == 1:
         tpot, comm_step = per_ctx[0][1], per_ctx[0][2]
@@ -307,7 +312,7 @@ def simulate_generation(model, batch: int = 1, prompt_len: int = 128, output_len
         comm_step = sum((b2[0] - a[0]) * (a[2] + b2[2]) / 2 for a, b2 in zip(per_ctx, per_ctx[1:])) / span
     mid = round((first + last) / 2)
     mid_kernels = forward_kernels(spec, hw, decode=[mid] * b, plugged=plugged)
-    mid_us = step_time_us(mid_kernels, hw.stack)
+    mid_us = hw_step_time_us(mid_kernels, hw)
     flops = sum(k.cost.flops * k.count for k in mid_kernels if not k.collective)
     gm = sum(k.cost.hbm_bytes * k.count for k in mid_kernels if not k.collective)
     peak = hw.chip.peak_tflops(hw.act_dtype) * 1e12
@@ -376,7 +381,7 @@ class ChipStepModel:
         if t is None:
             ks = forward_kernels(self.spec, self.hw, prefill=[(c, p) for c, p in key[0]], decode=[max(1, ctx)] * n,
                                  plugged=self.plugged)
-            t = self._memo[key] = step_time_us(ks, self.hw.stack) / 1000
+            t = self._memo[key] = hw_step_time_us(ks, self.hw) / 1000
         return t
 
 

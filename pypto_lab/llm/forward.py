@@ -17,6 +17,7 @@ experts and back by all-to-all. A layer is costed once and counted ``layers`` ti
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import Counter
 from collections.abc import Sequence
@@ -79,6 +80,57 @@ KV_IMPLS = {
 
 
 @dataclass(frozen=True)
+class ModelCode:
+    """The host side of a deployment's model code in eager mode, per decoder layer of a decode step:
+    every operation its Python calls (``ops``: a view, reshape, split, slice, no-op cast or
+    ``contiguous()`` launches no kernel but still passes through the dispatcher), how many of them
+    launch a kernel (``kernels``), and each all-reduce call more with tensor parallelism
+    (``per_collective``). Counted by reading the code (``source``); the per-step code outside the
+    layers (embedding, masks, sampling) is not counted."""
+
+    name: str
+    ops: int
+    kernels: int
+    source: str
+    per_collective: int = 1
+
+
+# The model code of torchair's ports as their eager (单算子) rows ran it: each decode layer's forward,
+# counted from the source (q_len == 1 branch).
+MODEL_CODE = {
+    # LlamaDecoderLayer.forward: npu_add_rms_norm x2 (the first with the previous layer's residual);
+    # LlamaAttention.forward: qkv (fused linear), split, view x3, cos.to / sin.to, npu_apply_rotary_pos_emb,
+    # updated_kv_positions.reshape, scatter_update_ x2, contiguous x2 (of the cache: no copy),
+    # attention_mask.to(bool), npu_incre_flash_attention, reshape, o_proj; LlamaMLP.forward:
+    # gate_proj, up_proj, act_fn, mul, down_proj. 24 operations, 13 of them kernels. With tensor
+    # parallelism (deepspeed, its README's LinearAllreduce of benchmark/deepspeed/mc2_adapter.py, decode
+    # branch) o_proj and down_proj each run weight.transpose, torch.matmul of the 3-D input (folded to a
+    # 2-D mm by a reshape and a view back: two dispatcher calls more) and dist.all_reduce: 4 operations
+    # per all-reduce beyond the matmul.
+    "torchair-llama": ModelCode("torchair-llama", 24, 13, "Ascend/torchair@770a4d54fa5534f43474cb310223c34ec74922c8 "
+                                "npu_tuned_model/llm/llama/modeling_llama.py (LlamaDecoderLayer, LlamaAttention, "
+                                "LlamaMLP, LlamaRMSNorm forward); README.md's LinearAllreduce (mc2_adapter.py)",
+                                per_collective=4),
+    # Qwen2DecoderLayer / Qwen2Attention / Qwen2MLP / Qwen2RMSNorm forward: the same operations as the
+    # Llama port (qkv with its bias is one linear)
+    "torchair-qwen2": ModelCode("torchair-qwen2", 24, 13, "Ascend/torchair@e45676cf "
+                                "npu_tuned_model/llm/qwen/modeling_qwen2.py (Qwen2DecoderLayer, Qwen2Attention, "
+                                "Qwen2MLP, Qwen2RMSNorm forward)"),
+    # GLMBlock.forward: npu_rms_norm, dropout (eval: no kernel), residual add, npu_rms_norm, dropout, add;
+    # SelfAttention.forward: query_key_value, split, view x3; apply_rotary_pos_emb for q and for k, each:
+    # two slices, rope_cache[:sq], reshape of the slice (a copy), view, eight [..., i] selections, four
+    # muls, sub, add, stack, flatten, cat (9 kernels of 22 operations); torch.cat of cache and new key,
+    # and of value; unsqueeze, expand, contiguous (a copy), view, for key and for value; CoreAttention in
+    # the README's BSND version (no permute): contiguous x3 (no copy), attention_mask.to(bool),
+    # npu_incre_flash_attention, reshape; dense; MLP.forward: dense_h_to_4h, swiglu (chunk, silu, mul),
+    # dense_4h_to_h. 77 operations, 33 of them kernels.
+    "torchair-chatglm3": ModelCode("torchair-chatglm3", 77, 33, "Ascend/torchair@c7316848 "
+                                   "npu_tuned_model/llm/chatglm/modeling_chatglm.py (GLMBlock, SelfAttention, "
+                                   "apply_rotary_pos_emb, CoreAttention, MLP forward) with README.md's BSND change"),
+}
+
+
+@dataclass(frozen=True)
 class Hardware:
     """A card setup: its chip, the card count, the tensor- and expert-parallel sizes, the link
     topology, the precision of weights and KV cache, and the software stack that runs the step."""
@@ -93,6 +145,13 @@ class Hardware:
     stack: Stack = field(default_factory=lambda: get_stack(DEFAULT_LLM_STACK))
     kv_impl: str = "in-place"
     kv_capacity: int = 0        # tokens per sequence of a preallocated cache read whole ("in-place-full")
+    code: ModelCode | None = None   # the deployment's model code, for its host operations on an eager stack
+
+    @property
+    def dynamic_shapes(self) -> bool:
+        """Whether the step's graph changes shape every step: a cache grown by concatenation
+        (``concat-expand``) is a new input shape each step; a cache written in place keeps them."""
+        return self.kv_impl == "concat-expand"
 
     @property
     def act_dtype(self) -> str:
@@ -466,6 +525,28 @@ def _forward_kernels(spec: LLMSpec, hw: Hardware, prefill, decode, costed: bool,
     return out
 
 
+def code_launches(kernels: Sequence[CostedKernel], code: ModelCode | None) -> list[tuple[float, float]]:
+    """Per kernel, the model code's host operations charged on each of its runs (``code_ops``,
+    ``code_dispatches`` of `pypto_lab.stack.Launch`). A decoder layer's operations are spread evenly
+    over the layer's listed kernel runs, as the code interleaves them (the step places each kernel's
+    runs over the layers in a row, so a layer's whole host work on one kernel would keep the device
+    idle where the real host works between that layer's kernels); the ones launching a kernel beyond
+    the layer's listed kernels count as dispatches too. The code's all-reduce calls are listed
+    kernels already. The layers are the runs of the qkv matmul (none: nothing is charged)."""
+    out = [(0.0, 0.0)] * len(kernels)
+    layers = next((k.count for k in kernels if k.name == "MatMul_qkv"), 0)
+    if code is None or not layers:
+        return out
+    per_layer = [i for i, k in enumerate(kernels) if not k.collective and k.count >= layers]
+    listed = sum(kernels[i].count for i in per_layer) / layers
+    collectives = sum(k.count for k in kernels if k.collective and k.count >= layers) / layers
+    ops = code.ops + code.per_collective * collectives
+    dispatches = max(0.0, code.kernels - listed)
+    for i in per_layer:
+        out[i] = (ops / listed, dispatches / listed)
+    return out
+
+
 ATTENTION_OPS = ("kv_write", "attention")   # what a layer's attention op runs (its cache write first)
 
 
@@ -478,20 +559,59 @@ def _graph_break(kernels: Sequence[CostedKernel]) -> int:
     return -1
 
 
-def step_timeline(kernels: Sequence[CostedKernel], stack: Stack):
+def step_timeline(kernels: Sequence[CostedKernel], stack: Stack, code: ModelCode | None = None,
+                  dynamic_shapes: bool = False):
     """One forward pass under ``stack``: its kernels one after another on the card (each uses
     every core), each launched as the stack launches kernels (`pypto_lab.stack.timeline`). A stack
     whose graph is cut at the attention (``layer_host_us``) runs each layer's attention from the host:
-    the kernel that opens it is marked (`timeline.Launch.graph_break`)."""
+    the kernel that opens it is marked (`timeline.Launch.graph_break`). ``code``: the model code
+    whose host operations an eager stack also runs (`MODEL_CODE`, `code_launches`);
+    ``dynamic_shapes``: the graph's shapes change every step, so a graph stack schedules it from the
+    host kernel by kernel (`Stack.host_scheduled`)."""
+    if dynamic_shapes:
+        stack = stack.host_scheduled()
     brk = _graph_break(kernels) if stack.layer_host_us else -1
-    return run_in_order([Launch(k.cost.time_us, k.count, k.collective, k.spec.ifa_overhead, i == brk)
-                         for i, k in enumerate(kernels)], stack)
+    extra = code_launches(kernels, code)
+    launches = [Launch(k.cost.time_us, k.count, k.collective, k.spec.ifa_overhead, i == brk, ops, disp)
+                for i, (k, (ops, disp)) in enumerate(zip(kernels, extra))]
+    if (code is not None and stack.runs == "eager") or (dynamic_shapes and stack.dispatch_us):
+        launches = layer_by_layer(launches, next((k.count for k in kernels if k.name == "MatMul_qkv"), 0))
+    return run_in_order(launches, stack)
 
 
-def step_time_us(kernels: Sequence[CostedKernel], stack: Stack) -> float:
+def layer_by_layer(launches: Sequence[Launch], layers: int) -> list[Launch]:
+    """The step's launches in program order: each kernel run once per layer (``count`` a multiple of
+    ``layers``: that many runs per layer) placed layer after layer, the others where they are (the
+    ones before the first layer's kernel first, the rest after the last layer). A host dispatching
+    every kernel while the device runs the ones before it then bounds the step by the longer of the
+    layer's host and device times, as the real interleaving does; grouping a kernel's runs over the
+    layers (the closed form) charges each kernel the longer of its own host and device times, which
+    overstates a step mixing long and short kernels. Used where the host's time per kernel is large
+    (the model code on an eager host, a host-scheduled graph)."""
+    if layers <= 1:
+        return list(launches)
+    inside = [i for i, k in enumerate(launches) if k.count >= layers and k.count % layers == 0]
+    if not inside:
+        return list(launches)
+    first = inside[0]
+    before = [k for i, k in enumerate(launches) if i < first and i not in inside]
+    after = [k for i, k in enumerate(launches) if i > first and i not in inside]
+    layer = [dataclasses.replace(launches[i], count=launches[i].count // layers) for i in inside]
+    return before + layer * layers + after
+
+
+def step_time_us(kernels: Sequence[CostedKernel], stack: Stack, code: ModelCode | None = None,
+                 dynamic_shapes: bool = False) -> float:
     """The time of one forward pass under ``stack`` (`step_timeline`)."""
-    return float(step_timeline(kernels, stack).step_us)
+    return float(step_timeline(kernels, stack, code, dynamic_shapes).step_us)
 
 
-__all__ = ["Hardware", "KV_DTYPES", "PRECISIONS", "check_hardware", "expected_expert_load", "forward_kernels", "is_dsa",
-           "linear_layers", "step_time_us", "step_timeline"]
+def hw_step_time_us(kernels: Sequence[CostedKernel], hw: Hardware) -> float:
+    """`step_time_us` for a card setup: its stack, its model code, whether its shapes change."""
+    return step_time_us(kernels, hw.stack, hw.code, hw.dynamic_shapes)
+
+
+__all__ = ["MODEL_CODE", "Hardware", "KV_DTYPES", "ModelCode", "PRECISIONS", "check_hardware", "code_launches",
+           "expected_expert_load", "forward_kernels", "hw_step_time_us", "is_dsa", "layer_by_layer", "linear_layers",
+           "step_time_us",
+           "step_timeline"]

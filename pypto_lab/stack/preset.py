@@ -22,6 +22,14 @@ decides what a kernel costs beyond its time on the AI cores:
   preallocated KV cache beyond the chip model's kernel time (`KernelSpec.ifa_overhead`): a fitted
   constant of torchair's graph mode, whose origin is not identified (its preset says why it is not
   the AICPU tiling it was first taken for);
+* ``host_op_us`` (optional, 0 when absent): host time of one operation the model's own code calls
+  in an eager stack, whether it launches a kernel or not (a view, a reshape, a split, a no-op cast or
+  ``contiguous()``, each a Python call and a pass through the dispatcher): charged per operation of
+  the code's table (`pypto_lab.llm.forward.MODEL_CODE`) on top of the kernels' ``dispatch_us``, only
+  when the caller says which code runs; a fitted constant of ``torch_npu-eager``;
+* ``dynamic_shape_dispatch_us`` (optional, 0 when absent): host time per kernel when a graph stack
+  runs a graph whose input shapes change every step (GE schedules a dynamic-shape graph from the
+  host, operator by operator: InferShape, tiling, launch), with the host running ahead;
 * ``fusions``: which fusions the stack's compiler or operator library applies (`FUSIONS`).
 
 Collectives are launched by HCCL: their launch cost is the topology's (``launch_us`` of
@@ -92,6 +100,8 @@ class Stack:
     fusions: frozenset[str]
     ifa_overhead_us: float = 0.0
     layer_host_us: float = 0.0
+    host_op_us: float = 0.0
+    dynamic_shape_dispatch_us: float = 0.0
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     path: str = field(default="", compare=False, repr=False)
 
@@ -126,26 +136,38 @@ class Stack:
         name = values.pop("name", None) or f"{self.name} (changed: {', '.join(sorted(values))})"
         return dataclasses.replace(self, name=name, **values)
 
+    def host_scheduled(self) -> Stack:
+        """The stack running a graph whose shapes change every step: a graph stack with a
+        ``dynamic_shape_dispatch_us`` dispatches each kernel from the host at that cost (the host
+        running ahead of the device); any other stack is returned as it is."""
+        if self.runs != "graph" or not self.dynamic_shape_dispatch_us:
+            return self
+        return dataclasses.replace(self, dispatch_us=self.dynamic_shape_dispatch_us)
+
     @property
     def fingerprint(self) -> str:
         """A hash of the values that change a figure (memo and cache keys)."""
-        doc = {k: getattr(self, k) for k in (*_NUMBERS, "host_device_overlap")}
+        doc = {k: getattr(self, k) for k in (*_NUMBERS, "host_device_overlap")
+               if k not in _FINGERPRINT_WHEN_SET or getattr(self, k)}
         doc["fusions"] = sorted(self.fusions)
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
     def summary(self) -> dict[str, Any]:
         return {"name": self.name, "runs": self.runs, "dispatch_us": self.dispatch_us, "launch_us": self.launch_us,
                 "step_host_us": self.step_host_us, "ifa_overhead_us": self.ifa_overhead_us,
-                "layer_host_us": self.layer_host_us,
+                "layer_host_us": self.layer_host_us, "host_op_us": self.host_op_us,
+                "dynamic_shape_dispatch_us": self.dynamic_shape_dispatch_us,
                 "host_device_overlap": self.host_device_overlap,
                 "fusions": sorted(self.fusions)}
 
 
-_NUMBERS = ("dispatch_us", "launch_us", "step_host_us", "ifa_overhead_us", "layer_host_us")
+_NUMBERS = ("dispatch_us", "launch_us", "step_host_us", "ifa_overhead_us", "layer_host_us", "host_op_us",
+            "dynamic_shape_dispatch_us")
 _SCHEMA = {"name": str, "runs": str, "description": str, "dispatch_us": float, "launch_us": float,
            "step_host_us": float, "host_device_overlap": bool, "fusions": list, "ifa_overhead_us": float,
-           "layer_host_us": float}
-_OPTIONAL = frozenset({"ifa_overhead_us", "layer_host_us"})
+           "layer_host_us": float, "host_op_us": float, "dynamic_shape_dispatch_us": float}
+_OPTIONAL = ("ifa_overhead_us", "layer_host_us", "host_op_us", "dynamic_shape_dispatch_us")
+_FINGERPRINT_WHEN_SET = ("host_op_us", "dynamic_shape_dispatch_us")   # keep older stacks' fingerprints
 
 
 def _check_fusions(fusions: Any, where: str) -> frozenset[str]:
@@ -173,8 +195,8 @@ def load_stack(path: str | Path) -> Stack:
     if "stack" not in doc:
         raise r.fail("stack", None, "missing section", "add a [stack] table")
     s = r.section("stack", doc["stack"], _SCHEMA, optional=_OPTIONAL)
-    s.setdefault("ifa_overhead_us", 0.0)
-    s.setdefault("layer_host_us", 0.0)
+    for key in _OPTIONAL:
+        s.setdefault(key, 0.0)
     if s["runs"] not in RUNS:
         raise r.fail("stack.runs", s["runs"], "unknown way of running kernels", f"use one of {', '.join(RUNS)}")
     for key in _NUMBERS:
@@ -190,8 +212,9 @@ def load_stack(path: str | Path) -> Stack:
     return Stack(name=s["name"], runs=s["runs"], description=s["description"], dispatch_us=s["dispatch_us"],
                  launch_us=s["launch_us"], step_host_us=s["step_host_us"],
                  host_device_overlap=s["host_device_overlap"], fusions=fusions,
-                 ifa_overhead_us=s["ifa_overhead_us"], layer_host_us=s["layer_host_us"],
-                 sources=MappingProxyType(r.sources), path=str(path))
+                 ifa_overhead_us=s["ifa_overhead_us"], layer_host_us=s["layer_host_us"], host_op_us=s["host_op_us"],
+                 dynamic_shape_dispatch_us=s["dynamic_shape_dispatch_us"], sources=MappingProxyType(r.sources),
+                 path=str(path))
 
 
 _FOLDER = PresetFolder(STACK_DIR, lambda path: load_stack(path), StackConfigError, "stack")

@@ -14,6 +14,15 @@ layers) is placed in closed form: with ``u`` its device time plus launch and ``h
 the last run ends at ``max(F + c u, H + h + (c - 1) max(h, u) + u)`` (``F`` the device free, ``H``
 the host clock), the recurrence of placing them one by one.
 
+On an eager stack the model's own code runs on the host around the kernels: a kernel may carry
+``code_ops``, the operations of the code per run that the step's kernel list does not show one by
+one (views, reshapes, splits, no-op casts: no kernel; and the code's own small kernels the list
+shows fused), each costing the stack's ``host_op_us``, and ``code_dispatches``, how many of them
+launch a kernel (each also a ``dispatch_us``). They lengthen that kernel's host time per run
+(``h`` above); the device still runs only the listed kernel, so when the host is slower the device
+waits: the host-bound regime of an eager decode step. A graph stack runs no Python per operation:
+both are ignored there.
+
 A graph cut at each attention layer (vLLM's PIECEWISE cudagraph mode, ``Stack.layer_host_us``):
 the kernel that opens a layer's attention is marked ``graph_break``. Kernels in program order (one
 run each, `optimize`'s) take ``layer_host_us`` of host before each such kernel, as a dispatch. For
@@ -43,6 +52,8 @@ class Launch:
     collective: bool = False
     ifa_overhead: bool = False
     graph_break: bool = False   # the host runs each layer's attention outside the graph (Stack.layer_host_us)
+    code_ops: float = 0.0          # the model code's operations per run charged host_op_us (eager stacks)
+    code_dispatches: float = 0.0   # how many of them launch a kernel: each a dispatch_us as well
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,14 @@ def host_waits(stack: Stack) -> bool:
     return stack.runs == "eager" and not stack.host_device_overlap
 
 
+def code_host_us(stack: Stack, code_ops: float = 0.0, code_dispatches: float = 0.0) -> float:
+    """Host time per run of the model code's operations around a kernel (see the module docstring):
+    ``code_ops * host_op_us + code_dispatches * dispatch_us`` on an eager stack, 0 on any other."""
+    if stack.runs != "eager" or not (code_ops or code_dispatches):
+        return 0.0
+    return code_ops * stack.host_op_us + code_dispatches * stack.dispatch_us
+
+
 def launch_cost(stack: Stack, collective: bool, ifa_overhead: bool = False) -> float:
     """The stack's device-side launch of one kernel run (none for a collective: HCCL's is in its
     time), with the stack's per-run overhead of IncreFlashAttention over a preallocated cache."""
@@ -103,6 +122,7 @@ class Stream:
         self.placed: list[Placed] = []
         self.device = self.launched = 0.0
         self.dispatches = 0
+        self.code_host = 0.0                        # host time of the model code's own operations
         self.breaks = 0                             # attention layers run from the host (layer_host_us)
 
     @property
@@ -111,17 +131,19 @@ class Stream:
         return self.free
 
     def run(self, device_us: float, count: int = 1, collective: bool = False, ifa_overhead: bool = False,
-            graph_break: bool = False) -> Placed:
+            graph_break: bool = False, code_ops: float = 0.0, code_dispatches: float = 0.0) -> Placed:
         """Place ``count`` runs of a kernel taking ``device_us`` each on the device (``ifa_overhead``:
         the stack's per-run IncreFlashAttention overhead is charged on it; ``graph_break``: it opens a
         layer's attention, which a graph cut at the attention runs from the host,
-        ``Stack.layer_host_us`` before each run)."""
+        ``Stack.layer_host_us`` before each run; ``code_ops``, ``code_dispatches``: the model code's
+        host operations per run, `code_host_us`)."""
         c = int(count)
         if c <= 0:
             p = Placed(self.free, self.free, 0.0)
             self.placed.append(p)
             return p
-        stack, h = self.stack, self.stack.dispatch_us
+        extra = code_host_us(self.stack, code_ops, code_dispatches)
+        stack, h = self.stack, self.stack.dispatch_us + extra
         if graph_break and stack.layer_host_us:
             h += stack.layer_host_us
             self.breaks += c
@@ -141,6 +163,7 @@ class Stream:
         self.device += c * device_us
         self.launched += c * launch
         self.dispatches += c
+        self.code_host += c * extra
         return p
 
     def wait(self, until_us: float) -> None:
@@ -150,7 +173,7 @@ class Stream:
 
     def timeline(self) -> StepTimeline:
         return StepTimeline(tuple(self.placed), self.free - self.start, self.device, self.launched,
-                            self.stack.step_host_us + self.dispatches * self.stack.dispatch_us
+                            self.stack.step_host_us + self.dispatches * self.stack.dispatch_us + self.code_host
                             + self.breaks * self.stack.layer_host_us, self.stack.name)
 
 
@@ -161,7 +184,8 @@ def run_in_order(kernels: Sequence[Launch], stack: Stack, start_us: float = 0.0)
     grouped = next((k.count for k in kernels if k.graph_break and k.count > 1), 0) if stack.layer_host_us else 0
     stream = Stream(stack, start_us)
     for k in kernels:
-        stream.run(k.device_us, k.count, k.collective, k.ifa_overhead, k.graph_break and not grouped)
+        stream.run(k.device_us, k.count, k.collective, k.ifa_overhead, k.graph_break and not grouped, k.code_ops,
+                   k.code_dispatches)
     tl = stream.timeline()
     return _cut_at_attention(tl, kernels, grouped, stack) if grouped else tl
 
@@ -202,4 +226,4 @@ class HostClock:
             self.t = max(self.t, end_us)
 
 
-__all__ = ["HostClock", "Launch", "Placed", "StepTimeline", "Stream", "launch_cost", "run_in_order"]
+__all__ = ["HostClock", "Launch", "Placed", "StepTimeline", "Stream", "code_host_us", "launch_cost", "run_in_order"]

@@ -31,6 +31,7 @@ from ..hw.chip import get_chip
 from ..kernels.cost import cost
 from ..kernels.ir import CubeKernel
 from ..llm import simulate_generation
+from ..llm.forward import MODEL_CODE
 from ..llm.serving_validation import DATA, atlas_800i_a2, read_rows  # the one reader of the LLM figures
 from ..stack import Launch, Stack, get_stack, run_in_order
 from .compare import Comparison, FittedConstant
@@ -76,6 +77,13 @@ def row_kv_impl(row: dict) -> str:
     return "in-place-full" if "/llm/qwen/" in row["source_url"] else "in-place"
 
 
+def row_code(row: dict) -> str:
+    """The torchair port whose model code the row ran (`forward.MODEL_CODE`): its host operations
+    are what an eager row's host runs per layer."""
+    url = row["source_url"]
+    return "torchair-chatglm3" if "/chatglm/" in url else "torchair-qwen2" if "/llm/qwen/" in url else "torchair-llama"
+
+
 def _stack(name: str, overrides: dict | None) -> Stack:
     s = get_stack(name)
     return s.with_values(name=s.name, **overrides) if overrides else s
@@ -90,12 +98,13 @@ class _Setup:
     kv_dtype: str | None
     stack: str
     kv_impl: str
+    code: str
 
 
 def _setup_of(row: dict) -> _Setup:
     prec, kv = _precision(row["precision"])
     return _Setup(row["model"], _num(row["cards"]) or 1, _num(row["batch"]) or 1, prec, kv, row_stack(row),
-                  row_kv_impl(row))
+                  row_kv_impl(row), row_code(row))
 
 
 def is_fixed_batch(row: dict) -> bool:
@@ -118,6 +127,12 @@ def _mechanisms(s: _Setup, stack: Stack, decode: bool) -> tuple[str, ...]:
         out.append(f"per-IncreFlashAttention overhead of the graph ({stack.ifa_overhead_us:.0f} us, fitted)")
     if stack.dispatch_us:
         out.append(f"eager dispatch {stack.dispatch_us:g} us per kernel")
+    if stack.runs == "eager" and stack.host_op_us:
+        code = MODEL_CODE[s.code]
+        out.append(f"host runs the model code ({s.code}: {code.ops} operations per layer, {code.kernels} of them "
+                   f"kernels) at {stack.host_op_us:g} us per operation, fitted")
+    if stack.runs == "graph" and stack.dynamic_shape_dispatch_us and s.kv_impl == "concat-expand":
+        out.append(f"dynamic-shape graph scheduled from the host, {stack.dynamic_shape_dispatch_us:g} us per kernel")
     return tuple(out)
 
 
@@ -136,7 +151,7 @@ def fixed_batch(rows: Iterable[dict], overrides: dict[str, dict] | None = None,
         if s not in memo:
             memo[s] = simulate_generation(MODELS[s.model], batch=s.batch, prompt_len=1024, output_len=1024, chip=chip,
                                           cards=s.cards, precision=s.precision, kv_dtype=s.kv_dtype, stack=stack,
-                                          kv_impl=s.kv_impl)
+                                          kv_impl=s.kv_impl, code=s.code)
             if tick:
                 tick()
         rep = memo[s]
@@ -266,11 +281,71 @@ def with_leave_one_model_out(comparisons: list[Comparison], stack: Stack) -> Fit
                           tuple(f"{c.model} {c.row}" for c in fit_rows(comparisons)))
 
 
+# ---- the eager stack's fitted constant -----------------------------------------------------------
+
+def eager_fit_rows(rows: Iterable[dict], exclude: str | None = None) -> list[dict]:
+    """The published rows `fit_host_op_us` fits on: eager (单算子) decode rows of the models not held
+    back (without ``exclude``'s)."""
+    return [r for r in rows if is_fixed_batch(r) and row_stack(r) == EAGER_STACK and r["metric"].startswith("decode")
+            and r["model"] not in HELD_BACK and r["model"] != exclude]
+
+
+def _eager_loss(rows: list[dict], host_op_us: float) -> float:
+    cs = fixed_batch(rows, overrides={EAGER_STACK: {"host_op_us": host_op_us}})
+    return sum(((c.simulated - c.published) / c.published) ** 2 for c in cs)
+
+
+def fit_host_op_us(rows: Iterable[dict], exclude: str | None = None, hi: float = 200.0, tol: float = 0.05) -> float:
+    """``torch_npu-eager``'s ``host_op_us``: the host time per operation of the model code that
+    minimises the squared relative errors of the eager decode rows (`eager_fit_rows`, without
+    ``exclude``'s model). The step is not additive in it (the device waits only once the host is
+    the slower), so each trial re-runs the rows' steps (their kernels' costs are memoised);
+    golden-section search on [0, ``hi``] us, the loss having one minimum there."""
+    fit = eager_fit_rows(rows, exclude)
+    if not fit:
+        return 0.0
+    g = (5 ** 0.5 - 1) / 2
+    a, b = 0.0, hi
+    c, d = b - g * (b - a), a + g * (b - a)
+    fc, fd = _eager_loss(fit, c), _eager_loss(fit, d)
+    while b - a > tol:
+        if fc < fd:
+            b, d, fd = d, c, fc
+            c = b - g * (b - a)
+            fc = _eager_loss(fit, c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + g * (b - a)
+            fd = _eager_loss(fit, d)
+    return (a + b) / 2
+
+
+def with_eager_leave_one_model_out(comparisons: list[Comparison], rows: list[dict],
+                                   stack: Stack) -> FittedConstant | None:
+    """Set each eager fixed-batch row's leave-one-model-out figure: ``stack.host_op_us`` refitted
+    without the row's model (`fit_host_op_us`), the row re-run with that value."""
+    t_now = stack.host_op_us
+    fit = eager_fit_rows(rows)
+    if not t_now or not fit:
+        return None
+    fixed = [r for r in rows if is_fixed_batch(r) and row_stack(r) == EAGER_STACK]
+    by_row = {c.row: c for c in comparisons if c.stack == stack.name}
+    for model in sorted({r["model"] for r in fit}):
+        t = fit_host_op_us(rows, exclude=model)
+        for c in fixed_batch([r for r in fixed if r["model"] == model],
+                             overrides={EAGER_STACK: {"host_op_us": t}}):
+            if c.row in by_row:
+                by_row[c.row].lomo_simulated = c.simulated
+    return FittedConstant(stack.name, "host_op_us", t_now, FIT_SCRIPT,
+                          tuple(f"{r['model']} id {r['id']}" for r in fit))
+
+
 def llm_set(tick: Callable[[], None] | None = None) -> tuple[list[Comparison], list[FittedConstant]]:
     rows = read_rows()
     out = fixed_batch(rows, tick=tick)
-    fitted = with_leave_one_model_out(out, get_stack(GRAPH_STACK))
-    return out + matmuls(rows), [fitted] if fitted else []
+    fitted = [with_leave_one_model_out(out, get_stack(GRAPH_STACK)),
+              with_eager_leave_one_model_out(out, rows, get_stack(EAGER_STACK))]
+    return out + matmuls(rows), [f for f in fitted if f]
 
 
 def serving_set(tick: Callable[[], None] | None = None) -> tuple[list[Comparison], list[FittedConstant]]:
@@ -281,6 +356,7 @@ def median_error(rows: list[Comparison]) -> float:
     return statistics.median(abs(c.error) for c in rows)
 
 
-__all__ = ["DATA", "HELD_BACK", "MODELS", "atlas_800i_a2", "fit_ifa_overhead", "fit_rows", "fixed_batch", "llm_set",
-           "matmuls", "read_rows", "row_kv_impl", "row_stack", "serving_rows", "serving_set", "solve_additive",
+__all__ = ["DATA", "HELD_BACK", "MODELS", "atlas_800i_a2", "eager_fit_rows", "fit_host_op_us", "fit_ifa_overhead",
+           "fit_rows", "fixed_batch", "llm_set", "matmuls", "read_rows", "row_code", "row_kv_impl", "row_stack",
+           "serving_rows", "serving_set", "solve_additive", "with_eager_leave_one_model_out",
            "with_leave_one_model_out"]

@@ -143,6 +143,7 @@ class CoreCapabilities:
     nd2nz_on_load: bool                # MTE2 converts ND -> FRACTAL_NZ on the way into L1 [nd2nz]
     sources: str = ""
     flash_attention: bool = False      # a FlashAttention kernel exists for this core version [fa]
+    data_copy_pad: bool = False        # MTE moves rows that are not whole 32-byte blocks in one DataCopyPad [pad]
 
     @property
     def has_fixpipe(self) -> bool:
@@ -183,8 +184,10 @@ CAPABILITIES: dict[str, CoreCapabilities] = {
         conv_formats=frozenset({NC1HWC0}),
         nd2nz_on_load=True,
         sources="[fixpipe] FixpipeParamsV220 quantPre / reluEn; [c220] no element-wise operand, no clip-ReLU; "
-                "[bt] bias from the BiasTable; [nd2nz] DataCopy Nd2NzParams, Fixpipe nz2nd; [fa] FlashAttentionScore",
-        flash_attention=True,
+                "[bt] bias from the BiasTable; [nd2nz] DataCopy Nd2NzParams, Fixpipe nz2nd; [fa] FlashAttentionScore; "
+                "[pad] DataCopyPad (Ascend C API atlasascendc_api_07_0265: supported on Atlas A2/A3, not on the "
+                "Atlas inference series AI Core nor the Atlas training series)",
+        flash_attention=True, data_copy_pad=True,
     ),
     "AIC-C-100": CoreCapabilities(
         "AIC-C-100", frozenset(), frozenset(), matmul_formats=frozenset({NZ}), conv_formats=frozenset({NC1HWC0}),

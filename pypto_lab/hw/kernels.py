@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .capabilities import EPILOGUE_NAMES, VECTOR_ACTIVATIONS, Epilogue, as_epilogue
+from .capabilities import EPILOGUE_NAMES, VECTOR_ACTIVATIONS, Epilogue, as_epilogue, capabilities
 from .chip import DEFAULT_CHIP, DTYPE_BYTES, Chip, get_chip
 from .programs import (
     CubeProgram,
@@ -446,10 +446,25 @@ def fuse_vector_ops(ops: list[str], inputs: int) -> VectorOp:
     )
 
 
+def _emit_by_row(prog: Program, chip: Chip, ops, rows: int, row_elems: int, dtype: str, deps) -> int:
+    """The vector instructions ``ops`` issued once per row of ``row_elems`` (padded) elements, for
+    ``rows`` rows: one event per instruction and pass, as long as the rows' instructions together."""
+    reps = max(1, ceil_div(int(row_elems * DTYPE_BYTES[dtype]), chip.vector.repeat_bytes))
+    last = None
+    pending = tuple(deps)
+    for instr, passes in ops:
+        timing = chip.vector.timing(instr, dtypes_key(instr, dtype))
+        for _ in range(int(passes)):
+            last = prog.emit(0, "VECTOR", rows * timing.cycles(reps), f"{instr} by row", pending)
+            pending = ()
+    return last if last is not None else (deps[0] if deps else -1)
+
+
 def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: str | Chip = DEFAULT_CHIP,
                     tile: VecTile | dict | None = None, double_buffer: bool = True,
                     row_len: int | None = None, name: str | None = None,
-                    compute_dtype: str | None = None, l2_reads: float = 0.0, l2_writes: float = 0.0) -> KernelReport:
+                    compute_dtype: str | None = None, l2_reads: float = 0.0, l2_writes: float = 0.0,
+                    by_row: bool = False) -> KernelReport:
     """Simulate a Vector kernel applying ``op`` (a name in `VECTOR_OPS`, or a `VectorOp` such as
     a fused chain from `fuse_vector_ops`) to ``numel`` elements (rows of ``row_len`` for row-wise
     ops; default 1024 or numel if smaller).
@@ -460,7 +475,10 @@ def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: s
     type; GM traffic stays in ``dtype``.
 
     ``l2_reads`` / ``l2_writes``: bytes of its inputs an earlier kernel left in L2 and of its
-    result that stays in L2 (residency between operators, as in `simulate_matmul`)."""
+    result that stays in L2 (residency between operators, as in `simulate_matmul`).
+
+    ``by_row``: the rows are the last axis of an ND tensor; when they are not whole 32-byte blocks
+    and the core has no DataCopyPad, each row moves and is computed on its own (below)."""
     chip = get_chip(chip)
     check_l2_bytes(l2_reads, l2_writes)
     if isinstance(op, str) and op not in VECTOR_OPS:
@@ -499,6 +517,15 @@ def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: s
         widen = chip.vector.timing("VCONV", f"{dtype.upper()}_{cdt.upper()}")
         narrow = chip.vector.timing("VCONV", f"{cdt.upper()}_{dtype.upper()}")
     ceb = DTYPE_BYTES[cdt]
+    # A row-wise op over rows that are not whole 32-byte blocks, on a core without DataCopyPad
+    # (Atlas inference and training series): each row is moved GM <-> UB on its own, rounded up to
+    # whole blocks, and the vector instructions run row by row (a row's padding cannot share a
+    # repeat with the next row), as CANN's guide to unaligned data on these products does it
+    # (Ascend C development guide, "non-aligned data" for Atlas inference products,
+    # atlas_ascendc_10_0038: no DataCopyPad; rows padded in UB, masked per row).
+    row_pad = 0
+    if by_row and row_len and (row_len * eb) % 32 and not capabilities(chip).data_copy_pad:
+        row_pad = ceil_div(row_len * eb, 32) * 32 // eb
 
     # tiles: rows x cols elements (row-wise: whole rows)
     if row_len:
@@ -526,13 +553,21 @@ def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: s
         pending = []
         for elems in sizes:
             slot, free = ub.acquire()
-            loads = [move(prog, 0, p_in, elems * eb, f"load x{i} GM->UB", (free,), rate_rd)
-                     for i in range(spec.inputs)]
+            if row_pad:
+                rows = elems // row_len
+                loads = [prog.emit(0, p_in.pipe, rows * p_in.occupancy(row_pad * eb, rate_rd), f"load x{i} GM->UB by row",
+                                   (free,), p_in.latency_cycles) for i in range(spec.inputs)]
+            else:
+                loads = [move(prog, 0, p_in, elems * eb, f"load x{i} GM->UB", (free,), rate_rd)
+                         for i in range(spec.inputs)]
             flush_writebacks(prog, 0, pending, hbm_share)
             if widen is not None:
                 reps = max(1, ceil_div(int(elems * eb), chip.vector.repeat_bytes))
                 loads = [emit_repeats(prog, 0, chip, "VCONV", widen, reps, (ld,)) for ld in loads]
-            v = emit_vector_ops(prog, 0, chip, spec.per_tile, elems, cdt, loads)
+            if row_pad:
+                v = _emit_by_row(prog, chip, spec.per_tile, elems // row_len, row_pad, cdt, loads)
+            else:
+                v = emit_vector_ops(prog, 0, chip, spec.per_tile, elems, cdt, loads)
             if spec.per_row:
                 rows = elems // row_len
                 for instr, passes in spec.per_row:
@@ -542,7 +577,11 @@ def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: s
             if narrow is not None:
                 reps = max(1, ceil_div(int(elems * ceb), chip.vector.repeat_bytes))
                 v = emit_repeats(prog, 0, chip, "VCONV", narrow, reps, (v,))
-            st = move(prog, 0, p_out, elems * eb, "store y UB->GM", (v,), rate_wr)
+            if row_pad:
+                st = prog.emit(0, p_out.pipe, (elems // row_len) * p_out.occupancy(row_pad * eb, rate_wr),
+                               "store y UB->GM by row", (v,), p_out.latency_cycles)
+            else:
+                st = move(prog, 0, p_out, elems * eb, "store y UB->GM", (v,), rate_wr)
             pending.append(elems * eb)
             ub.release(slot, st)
         flush_writebacks(prog, 0, pending, hbm_share)

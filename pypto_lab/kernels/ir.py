@@ -163,6 +163,7 @@ class VectorKernel(KernelSpec):
     row_len: int | None = None
     l2_reads: int = 0                # bytes of its inputs an earlier kernel left in L2 (`l2_residency` pass)
     l2_writes: int = 0               # bytes of its result that stay in L2 for their readers
+    by_row: bool = False             # ND rows that are not whole 32-byte blocks, no DataCopyPad (`layout` pass)
 
     def __post_init__(self):
         _positive("Vector kernel", numel=self.numel)
@@ -367,6 +368,19 @@ class TransDataKernel(KernelSpec):
 
 
 @dataclass(frozen=True)
+class TransposeKernel(TransDataKernel):
+    """A TransposeD that runs as its own kernel on an ND tensor of ``numel`` elements (a GM -> UB ->
+    GM copy, like a TransData): a Reshape + Transpose pair that GE cannot fuse into a
+    ConfusionTransposeD (`passes.layout.unfused_transposes`)."""
+
+    kind: ClassVar[str] = "transpose"
+
+    @property
+    def op(self) -> str:
+        return "TransposeD"
+
+
+@dataclass(frozen=True)
 class HostKernel(KernelSpec):
     """An operator the lowering table does not know, run on the host: its inputs go device -> host and
     its outputs host -> device over the card's link (the CPU's own compute time is not modelled)."""
@@ -451,4 +465,4 @@ class Kernel:
 
 __all__ = ["AttentionKernel", "CollectiveKernel", "CubeKernel", "CustomKernel", "Decomposed", "HostKernel",
            "IncreAttentionKernel", "InputQuant", "Kernel", "KernelSpec", "MoeGatingKernel",
-           "TensorMeta", "TransDataKernel", "VectorKernel"]
+           "TensorMeta", "TransDataKernel", "TransposeKernel", "VectorKernel"]

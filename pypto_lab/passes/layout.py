@@ -51,13 +51,16 @@ from ..capture.catalogue import NpuOp, aten_name
 from ..capture.graph import Graph, Node, TensorInfo
 from ..hw.capabilities import NC1HWC0, ND, NZ, capabilities
 from ..hw.chip import DTYPE_BYTES
-from ..kernels.ir import CubeKernel, TransDataKernel
+from ..kernels.ir import CubeKernel, TransDataKernel, TransposeKernel, VectorKernel
 from ..lowering.lower import storage_dtypes
 from .base import Pass, PassContext, PassResult, register
 from .fold_batchnorm import CONVS
 
 TRANSDATA = "pypto.transdata"
 TRANSDATA_OP = NpuOp("TransData", "move", ("copy",))
+TRANSPOSE_OP = NpuOp("TransposeD", "move", ("copy",))
+RESHAPES = frozenset({"view", "reshape", "_unsafe_view", "flatten", "unflatten"})
+TRANSPOSES = frozenset({"permute", "transpose"})
 
 MATMUL_OPS = frozenset({"linear", "addmm", "mm", "matmul", "bmm", "baddbmm", "einsum"})
 # Vector ops that need ND (they work along the last axis or gather rows)
@@ -192,6 +195,7 @@ class AssignLayout(Pass):
         graph.nodes, graph.outputs = new_nodes, outputs
 
         removed = remove_round_trips(graph)
+        transposes = unfused_transposes(graph, gm_dtype)
         in_place = concat_in_place(graph)
         no_task, copied = concat_no_task(graph, DTYPE_BYTES.get(gm_dtype, 2))
         counts: dict[str, int] = {}
@@ -204,6 +208,23 @@ class AssignLayout(Pass):
         detail = f" ({', '.join(f'{k} {v}' for k, v in counts.items())})" if counts else ""
         summary = f"inserted {total} TransData{detail}, removed {removed} redundant pairs"
         notes = []
+        by_row = rows_by_row(graph, caps.data_copy_pad, DTYPE_BYTES.get(gm_dtype, 2))
+        for n in by_row:
+            n.kernel = replace(n.kernel, by_row=True)
+        if by_row:
+            n0 = by_row[0]
+            notes.append(self.note(n0.name, f"{len(by_row)} row-wise kernels ({n0.npu.name if n0.npu else n0.op} ...) "
+                                   f"work on rows of {n0.outputs[0].shape[-1]} elements, not whole 32-byte blocks, "
+                                   f"and {chip.core_version} has no DataCopyPad: each row moves GM <-> UB and is "
+                                   "computed on its own (Ascend C guide to unaligned data on Atlas inference "
+                                   "products, atlas_ascendc_10_0038)"))
+        if transposes:
+            summary += f"; {len(transposes)} Reshape + Transpose pairs run as TransposeD (not 16-aligned)"
+            notes.append(self.note(transposes[0], f"{len(transposes)} Reshape + Transpose pairs have a last-two-axes "
+                                   "size not divisible by 16, so GE does not fuse them into ConfusionTransposeD "
+                                   "(CANN graph fusion reference: TransposeReshapeFusionPass atlasrr_30_0130, "
+                                   "ReshapeTransposeFusionPass atlasrr_30_0145): each runs as a TransposeD kernel "
+                                   "on ND data, between TransData"))
         if in_place:
             notes.append(self.note("", f"{len(in_place)} channel concatenations are written in place: the convolutions "
                                        "feeding them write their results at their channel offsets in 5HD (GE's "
@@ -375,6 +396,73 @@ def concat_no_task(graph: Graph, eb: int = 2) -> tuple[list[str], list[tuple[str
         node.group = None
         done.append(node.name)
     return done, copied
+
+
+def _aligned16(info: TensorInfo | None) -> bool:
+    """The ConfusionTransposeD fusion passes' shape rule: a 1-D shape divisible by 16, or the last
+    two axes of a longer one both divisible by 16."""
+    if info is None or not info.shape:
+        return False
+    return all(d % 16 == 0 for d in info.shape[-2:])
+
+
+def _moves_data(node: Node) -> bool:
+    """Whether a permute/transpose reorders elements (not just axes of size 1)."""
+    info_in = node.outputs[0] if node.outputs else None
+    if info_in is None:
+        return False
+    return sum(1 for d in info_in.shape if d != 1) > 1
+
+
+def unfused_transposes(graph: Graph, dtype: str = "fp16") -> list[str]:
+    """Reshape + Transpose pairs (a permute/transpose read from a view/reshape, or read by one) that
+    GE cannot fuse into a ConfusionTransposeD, turned into TransposeD kernels. Returns their names.
+
+    GE's TransposeReshapeFusionPass and ReshapeTransposeFusionPass (CANN graph fusion reference,
+    atlasrr_30_0130 and atlasrr_30_0145) make one ConfusionTransposeD, which moves the data within
+    the Cube's FRACTAL_NZ tiles, out of a TransposeD next to a Reshape, but not when either of the
+    last two axes at the pair's outer ends (the Reshape's input and the Transpose's output, or the
+    Transpose's input and the Reshape's output) is not divisible by 16. Then the TransposeD runs on
+    its own, in ND: a kernel that reads and writes the whole tensor, with TransData on either side
+    where its neighbours are in NZ (which the format assignment already inserted). Where the pair
+    fuses, the engine keeps the transpose in the NZ <-> ND conversions it already charges. A
+    transpose that no reshape touches (a swap of the last two axes a matmul reads transposed) is
+    left as it is."""
+    producers = graph.producers()
+    users = graph.users()
+    done = []
+    for node in graph.nodes:
+        if aten_name(node.target) not in TRANSPOSES or node.unit != "free" or not node.inputs or not _moves_data(node):
+            continue
+        pairs = []
+        before = producers.get(node.inputs[0])
+        if before is not None and aten_name(before.target) in RESHAPES and before.inputs:
+            pairs.append((graph.info(before.inputs[0]), node.outputs[0]))
+        after = users.get(node.name, [])
+        if len(after) == 1 and aten_name(after[0].target) in RESHAPES and after[0].outputs:
+            pairs.append((graph.info(node.inputs[0]), after[0].outputs[0]))
+        if not pairs or any(_aligned16(a) and _aligned16(b) for a, b in pairs):
+            continue
+        info = node.outputs[0]
+        node.npu = TRANSPOSE_OP
+        node.kernel = TransposeKernel(max(info.numel, 1), dtype, ND, ND)
+        node.format = ND
+        done.append(node.name)
+    return done
+
+
+ROW_WISE = frozenset({"softmax", "_softmax", "log_softmax", "layer_norm", "native_layer_norm"})
+
+
+def rows_by_row(graph: Graph, data_copy_pad: bool, eb: int = 2) -> list[Node]:
+    """Row-wise Vector kernels in ND whose rows are not whole 32-byte blocks, on a core without
+    DataCopyPad: the Vector coster moves and computes their rows one by one (`simulate_vector`)."""
+    if data_copy_pad:
+        return []
+    return [n for n in graph.nodes if aten_name(n.target) in ROW_WISE and n.unit == "vector" and n.format == ND
+            and isinstance(n.kernel, VectorKernel) and n.kernel.row_len == (n.outputs[0].shape[-1] if n.outputs
+                                                                              and n.outputs[0].shape else None)
+            and n.outputs and n.outputs[0].shape and (n.outputs[0].shape[-1] * eb) % 32]
 
 
 def remove_round_trips(graph: Graph) -> int:

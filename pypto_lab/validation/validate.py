@@ -77,11 +77,23 @@ def _hf(kind: str):
     return build
 
 
+def _fairseq_roberta(layout: str):
+    """fairseq's RoBERTa-base with its SST-2 head (`pypto_lab.models.fairseq_roberta`): the model the
+    ModelZoo RoBERTa rows ran, not the Hugging Face encoder. ``layout="opt_onnx"``: the ONNX graph the
+    ATC README compiles after its opt_onnx.py; ``"fairseq"``: fairseq's own module as TorchScript
+    traces it (what torch_aie.compile takes; opt_onnx.py rewrites ONNX only)."""
+    def build(batch: int, res: int | None, seq: int):
+        from ..models.fairseq_roberta import build as fairseq_build
+
+        return fairseq_build(batch, seq, layout)
+    return build
+
+
 # What each published model is, by the first word of its `model` column.
 BUILDERS: dict[str, Callable] = {
     "resnet50": _resnet("resnet50"), "resnet18": _resnet("resnet18"), "resnet101": _resnet("resnet101"),
     "inception_v3": _inception, "vgg16": _resnet("vgg16"), "bert-base-uncased": _hf("bert"),
-    "roberta-base": _hf("roberta"), "albert-base-v2": _hf("albert"),
+    "roberta-base": _fairseq_roberta("opt_onnx"), "albert-base-v2": _hf("albert"),
 }
 
 
@@ -108,6 +120,7 @@ class Row:
     notes: str
     simulated: float = 0.0
     fallbacks: tuple[str, ...] = ()
+    held_back: bool = False
 
     @property
     def error(self) -> float:
@@ -214,7 +227,8 @@ def published_rows(paths: list[Path] | None = None, chip: str | None = None) -> 
                     continue
                 rows.append(Row(model=r["model"], key=key, chip=c, batch=int(r["batch"]), seq=_int(r["seq_len"]),
                                 resolution=_int(r["resolution"]), published=float(r["throughput_per_s"]),
-                                source=f"{r['source_repo']}/{r['source_path']}", notes=r["notes"]))
+                                source=f"{r['source_repo']}/{r['source_path']}", notes=r["notes"],
+                                held_back=(r.get("held_back") or "").strip().lower() in ("1", "true", "yes")))
     return rows
 
 

@@ -62,3 +62,22 @@ def test_the_seed_article_script_runs_with_only_the_import_changed(tmp_path):
     for line in ('model = model.to("npu")', 'input_data = input_data.to("npu")', "npu_out = model.npu()(input.npu())"):
         assert line in source, line
     assert "# no NPU here" not in source
+
+
+def test_an_optimised_model_that_nobody_holds_is_freed_with_its_weights():
+    """optimize() remembers its result for auto_tune(model), but not for ever: once the caller drops
+    the model and the result and more than KEEP_LATEST other models were optimised, both are
+    collected (a long sweep or `pypto-lab validate` does not keep every model's weights alive)."""
+    import gc
+    import weakref
+
+    from pypto_lab.compiler.optimize import KEEP_LATEST
+
+    model = nn.Sequential(nn.Linear(64, 64)).eval()
+    gone = weakref.ref(model)
+    pypto_lab.optimize(model, torch.randn(8, 64), chip="Ascend910B1", level=1)
+    del model
+    for _ in range(KEEP_LATEST):
+        pypto_lab.optimize(nn.Sequential(nn.Linear(8, 8)).eval(), torch.randn(2, 8), chip="Ascend910B1", level=1)
+    gc.collect()
+    assert gone() is None

@@ -24,6 +24,7 @@ reductions) and, at int8, `quantize_int8` run at every level.
 
 from __future__ import annotations
 
+import collections
 import functools
 import inspect
 import os
@@ -92,8 +93,25 @@ LEVELS: dict[int, Pipeline] = {
 }
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 # the latest OptimizedModel made from each model (for calls that name the model, as the seed's
-# auto_tune(model, ...) does)
+# auto_tune(model, ...) does), held weakly: an OptimizedModel holds its model, so a strong value
+# would keep every model ever optimised (and its weights) alive for the life of the process. The
+# last KEEP_LATEST results are also held strongly, so `optimize(model, x); auto_tune(model)` works
+# without keeping the result; an older one lives as long as the caller holds it.
 LAST_OPTIMIZED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+KEEP_LATEST = 4
+_KEPT: collections.deque = collections.deque(maxlen=KEEP_LATEST)
+
+
+def remember(model: torch.nn.Module, result: OptimizedModel) -> None:
+    """Record ``result`` as the latest OptimizedModel made from ``model`` (see LAST_OPTIMIZED)."""
+    LAST_OPTIMIZED[model] = weakref.ref(result)
+    _KEPT.append(result)
+
+
+def latest_optimized(model: torch.nn.Module) -> OptimizedModel | None:
+    """The latest OptimizedModel made from ``model`` that is still alive, or None."""
+    ref = LAST_OPTIMIZED.get(model)
+    return ref() if ref is not None else None
 # called after every run of an OptimizedModel as hook(optimized, inputs, cpu_us): the profiler
 # (pypto_lab.tools.profiler) adds its recorder here when it is imported
 RUN_HOOKS: list = []
@@ -367,7 +385,7 @@ def optimize(model: torch.nn.Module | str | os.PathLike, example_inputs=None, ch
         lazy = OptimizedModel(model, None, None, chip, _deferred={"chip": chip, "level": level, "precision": precision,
                                                                   "stack": stack, "options": options,
                                                                   "autocast": autocast})
-        LAST_OPTIMIZED[model] = lazy
+        remember(model, lazy)
         return lazy
     if level is None:
         level = options.graph_optimization_level
@@ -397,9 +415,9 @@ def optimize(model: torch.nn.Module | str | os.PathLike, example_inputs=None, ch
                 return None
         report = batch_split.best_split(report, slice_report, batch) or report
     result = OptimizedModel(model, optimized, report, chip, cube_precision)
-    LAST_OPTIMIZED[model] = result
+    remember(model, result)
     return result
 
 
-__all__ = ["LAST_OPTIMIZED", "LEVELS", "OptimizeError", "OptimizedModel", "PassStep", "Pipeline", "RUN_HOOKS",
-           "Report", "build_report", "optimize", "recost", "resolve_precision"]
+__all__ = ["KEEP_LATEST", "LAST_OPTIMIZED", "LEVELS", "OptimizeError", "OptimizedModel", "PassStep", "Pipeline", "RUN_HOOKS",
+           "Report", "build_report", "latest_optimized", "optimize", "recost", "remember", "resolve_precision"]

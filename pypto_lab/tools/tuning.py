@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..compiler.optimize import LAST_OPTIMIZED, OptimizedModel, recost
+from ..compiler.optimize import KEEP_LATEST, OptimizedModel, latest_optimized, recost
 from ..files.atomic import write_json_atomic
 from ..hw.tile_search import Screen, best_screened, screen_space
 from ..hw.tiling import CubeTile
@@ -239,11 +239,12 @@ def auto_tune(optimized, tune_config: dict | None = None, cache_path: str | os.P
     cfg = _config(tune_config)
     # the seed's auto_tune(model, ...): its latest optimize() (an OptimizedModel is itself a Module)
     if isinstance(optimized, torch.nn.Module) and not isinstance(optimized, OptimizedModel):
-        latest = LAST_OPTIMIZED.get(optimized)
+        latest = latest_optimized(optimized)
         if latest is None or latest.graph is None:
             raise TuneError(f"auto_tune got the {type(optimized).__name__} itself, and it has not been optimised "
-                            "(and run) yet: call om = pypto_lab.optimize(model, inputs) first, then auto_tune(model) "
-                            "or auto_tune(om)")
+                            "(and run) yet, or its OptimizedModel is gone (only the latest "
+                            f"{KEEP_LATEST} optimised models are kept unless you hold the result): call "
+                            "om = pypto_lab.optimize(model, inputs) first, then auto_tune(model) or auto_tune(om)")
         optimized = latest
     graph = getattr(optimized, "graph", None)
     report = optimized.report() if graph is not None else None

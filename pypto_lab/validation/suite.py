@@ -24,7 +24,7 @@ from .validate import ValidationError
 
 SETS = ("inference", "llm", "serving", "training")
 # how many simulations each set makes (for the progress bar; the bar is a guide, not a contract)
-_ROUGH_RUNS = {"inference": 25, "llm": 40, "serving": 4, "training": 12}
+_ROUGH_RUNS = {"inference": 37, "llm": 40, "serving": 4, "training": 12}
 
 
 def _runner(name: str) -> Callable:

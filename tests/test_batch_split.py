@@ -81,3 +81,25 @@ def test_recosting_a_split_report_says_the_slices_are_not_redone():
     again = recost(opt.report(), opt.graph, "auto_tune", "retiled")
     assert f"without the {FUSION} slices" in again.notes[-1]
     assert all(k.count == 1 for k in again.kernels)
+
+
+def test_no_split_is_tried_where_the_weights_outweigh_what_spills():
+    """Weights that stream through L2 push out small activations, but two slices would read 64 MB of
+    weights again to keep a few hundred KB out of DRAM: no slice can move fewer bytes, none is tried."""
+    from pypto_lab.compiler.batch_split import spilled_traffic, weight_bytes
+    from pypto_lab.hw.chip import get_chip
+    from pypto_lab.hw.l2_residency import plan_l2
+    from pypto_lab.lowering.lower import kernels_of, storage_dtypes
+    from pypto_lab.passes.l2_residency import kernel_steps
+
+    model = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096),
+                                torch.nn.ReLU(), torch.nn.Linear(4096, 4096)).eval()
+    x = torch.randn(8, 4096)
+    whole = optimize(model, x, chip=CHIP, level=2, precision="fp16", stack=get_stack("atc-om"))
+    chip = get_chip(CHIP)
+    steps, outputs = kernel_steps(whole.graph, kernels_of(whole.graph), storage_dtypes(chip, "fp16")[1])
+    spilled = {n for n in plan_l2(steps, int(chip.l2_bytes), outputs).spilled if n not in outputs}
+    assert spilled                                  # the weights did push activations out of L2
+    assert spilled_traffic(steps, spilled) < weight_bytes(whole.graph, steps) == 3 * 4096 * 4096 * 2 + 3 * 4096 * 2
+    assert not spills(whole.graph, chip, "fp16")
+    assert all(p.name != FUSION for p in whole.report().passes)

@@ -88,12 +88,31 @@ def splittable(graph, batch: int) -> bool:
 
 def spills(graph, chip, precision: str) -> bool:
     """Whether L2 residency at the whole batch leaves activations to DRAM (a tensor written by one
-    kernel and read by another that leaves L2 first): the case the split is for. The graph is the
-    optimised one; the plan is the `l2_residency` pass's (`pypto_lab.hw.l2_residency.plan_l2`)."""
+    kernel and read by another that leaves L2 first) in a quantity a split could win back: the case
+    the split is for. The graph is the optimised one; the plan is the `l2_residency` pass's
+    (`pypto_lab.hw.l2_residency.plan_l2`). Two slices read the weights once more; a split can keep
+    out of DRAM at most the spilled activations' write and reads, so where those bytes do not
+    exceed the weights' (BERT-base at batch 8: its weights stream through L2 and push out a few
+    small activations) no slice can move fewer bytes and none is tried."""
     _, gm_dtype = storage_dtypes(chip, precision)
     steps, outputs = kernel_steps(graph, kernels_of(graph), gm_dtype)
     plan = plan_l2(steps, int(chip.l2_bytes), outputs)
-    return any(name not in outputs for name in plan.spilled)
+    spilled = {n for n in plan.spilled if n not in outputs}
+    if not spilled:
+        return False
+    return spilled_traffic(steps, spilled) > weight_bytes(graph, steps)
+
+
+def spilled_traffic(steps, spilled: set[str]) -> int:
+    """The DRAM bytes of the ``spilled`` activations: each written once and read by every reader."""
+    return sum(b for s in steps for n, b in (*s.reads, *s.writes) if n in spilled)
+
+
+def weight_bytes(graph, steps) -> int:
+    """The bytes of the parameters, buffers and constants the kernels read (what each slice of a
+    split reads again), each counted once."""
+    weights = {n for n, v in graph.values.items() if v.kind != "input"}
+    return sum({n: b for s in steps for n, b in s.reads if n in weights}.values())
 
 
 def split_report(full: Report, part: Report, slices: int) -> Report:
@@ -136,5 +155,5 @@ def without_split(stack: Stack) -> Stack:
     return replace(stack, fusions=frozenset(stack.fusions) - {FUSION})
 
 
-__all__ = ["FUSION", "best_split", "slice_inputs", "slices_of", "spills", "split_report", "splittable",
-           "without_split"]
+__all__ = ["FUSION", "best_split", "slice_inputs", "slices_of", "spilled_traffic", "spills", "split_report",
+           "splittable", "weight_bytes", "without_split"]

@@ -128,7 +128,7 @@ class _Composer:
         self.layers = extras.model_layers if self.n_captured else 0
         self.post = plan.post
         self.topology = plan.topology
-        self.params_total, self.params_trained = plan.params_by_segment()
+        self.params_total, self.params_trained = plan.params_by_segment
         self.saved, self.scores_saved, self.inputs = plan.saved_by_segment()
         self.cp_comm_us = 0.0
         self.notes: list[str] = []
@@ -226,7 +226,7 @@ class _Composer:
             ones over the data-parallel group, the experts' (under expert parallelism) over the expert
             data-parallel group."""
             counts = self.params_trained if trained else self.params_total
-            ex = self.plan.experts_by_segment()[int(trained)].get(seg, 0) if self.expert_grads else 0
+            ex = self.plan.experts_by_segment[int(trained)].get(seg, 0) if self.expert_grads else 0
             t = plan.collective_us(kind, (counts.get(seg, 0) - ex) * per_param, lay.dp * lay.cp, group)
             edp = self.expert_layout().dp
             if ex and edp > 1:
@@ -500,7 +500,7 @@ class _Composer:
 
     def _stage_experts(self, cs: list[Chunk], s: int) -> tuple[int, int]:
         """The stage's expert parameters on one card, and of those the trained ones."""
-        total, trained = self.plan.experts_by_segment()
+        total, trained = self.plan.experts_by_segment
         segs = [seg for c in cs if c.stage == s for seg in self.segments(c)]
         return sum(total.get(g, 0) for g in segs), sum(trained.get(g, 0) for g in segs)
 
@@ -511,7 +511,7 @@ class _Composer:
         """The parameter tensors stage ``s``'s rank updates one kernel each (`Extras.per_tensor_optimizer`):
         its stage's trained tensors, of which a sharded optimizer's rank holds a contiguous ``1 / shards``
         of the flat buffer (one more for the tensor cut at its boundary)."""
-        counts = self.plan.tensors_by_segment()
+        counts = self.plan.tensors_by_segment
         n = sum(counts.get(seg, 0) for c in cs if c.stage == s for seg in self.segments(c))
         shards = self.layout.shards_optimizer
         return max(1, -(-n // shards) + (1 if shards > 1 else 0))
@@ -590,7 +590,7 @@ class _Composer:
             per_chunk[c.virtual] = kept
             back = max(back, b)
         out["activations"] = int(peak_activations(lay.pp, lay.vpp, m, s, per_chunk) + back)
-        out["workspace"] = int(plan.workspace_bytes())
+        out["workspace"] = int(plan.workspace_bytes)
         buffers = 0.0
         gb = grad_bytes(plan.policy, x.fp32_grads)
         if lay.zero >= 3 and lay.dp * lay.cp > 1:   # two layers' gathered weights (the one running, the next)
@@ -700,7 +700,7 @@ def memory_of(plan: StepPlan, layout: Layout, extras: Extras) -> tuple[dict[str,
     comp.layers = extras.model_layers if comp.n_captured else 0
     comp.post = plan.post
     comp.topology = plan.topology
-    comp.params_total, comp.params_trained = plan.params_by_segment()
+    comp.params_total, comp.params_trained = plan.params_by_segment
     comp.saved, comp.scores_saved, comp.inputs = plan.saved_by_segment()
     cs = chunks(comp.layers, layout.pp, layout.vpp) if comp.n_captured else [Chunk(0, 0, 0, 0, True, True)]
     mems = [comp.memory(cs, s, layout.micro_batches) for s in range(layout.pp)]

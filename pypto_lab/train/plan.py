@@ -27,6 +27,7 @@ splits them (the blocks' weights; the vocabulary-sized embedding and output laye
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -521,25 +522,15 @@ class StepPlan:
                                  if step.base.get(a, a) not in pnodes), default=0)
         return saved, scores, firsts
 
+    @functools.cached_property
     def workspace_bytes(self) -> int:
         """Two of the backward's largest tensors (a gradient being written and the one it reads)."""
-        memo = self.__dict__.get("_workspace_memo")
-        if memo is None:
-            memo = self.__dict__["_workspace_memo"] = self._workspace_bytes()
-        return memo
-
-    def _workspace_bytes(self) -> int:
         return 2 * max((self.act_bytes(n) for n in self.step.backward if n not in self.scores), default=0)
 
+    @functools.cached_property
     def params_by_segment(self) -> tuple[dict[int, int], dict[int, int]]:
         """Per segment: the parameters one tensor-parallel card holds, and of those the trained ones
         (computed once per plan)."""
-        memo = self.__dict__.get("_params_memo")
-        if memo is None:
-            memo = self.__dict__["_params_memo"] = self._params_by_segment()
-        return memo
-
-    def _params_by_segment(self) -> tuple[dict[int, int], dict[int, int]]:
         total: dict[int, int] = {}
         trained: dict[int, int] = {}
         for p, n in self.step.params.items():
@@ -553,25 +544,20 @@ class StepPlan:
                 trained[s] = trained.get(s, 0) + k
         return total, trained
 
+    @functools.cached_property
     def tensors_by_segment(self) -> dict[int, int]:
-        """Per segment: how many trained parameter tensors it has (the optimizer's per-tensor kernels)."""
-        memo = self.__dict__.get("_tensors_memo")
-        if memo is None:
-            memo = self.__dict__["_tensors_memo"] = {}
-            for p in self.step.grads:
-                if p in self.pseg:
-                    memo[self.pseg[p]] = memo.get(self.pseg[p], 0) + 1
-        return memo
+        """Per segment: how many trained parameter tensors it has (the optimizer's per-tensor kernels;
+        computed once per plan)."""
+        counts: dict[int, int] = {}
+        for p in self.step.grads:
+            if p in self.pseg:
+                counts[self.pseg[p]] = counts.get(self.pseg[p], 0) + 1
+        return counts
 
+    @functools.cached_property
     def experts_by_segment(self) -> tuple[dict[int, int], dict[int, int]]:
         """Per segment: the expert parameters one card holds (their share under ``ep``), and of
         those the trained ones (a subset of `params_by_segment`'s; computed once per plan)."""
-        memo = self.__dict__.get("_experts_memo")
-        if memo is None:
-            memo = self.__dict__["_experts_memo"] = self._experts_by_segment()
-        return memo
-
-    def _experts_by_segment(self) -> tuple[dict[int, int], dict[int, int]]:
         total: dict[int, int] = {}
         trained: dict[int, int] = {}
         for p in self.moe.expert_params:

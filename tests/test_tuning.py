@@ -131,7 +131,9 @@ def test_a_users_own_preset_survives_auto_tune_and_the_profiler(tmp_path, name):
     assert result.report.chip is slow.chip and result.report.latency_us <= slow.latency_us + 1e-9
     on_mine = sum(k.time_us for k in cost_kernels(om.graph, slow.chip))          # the tuned graph, recosted
     on_shipped = sum(k.time_us for k in cost_kernels(om.graph, get_chip("Ascend910B1")))
-    assert result.report.latency_us == pytest.approx(on_mine) and on_mine > 1.5 * on_shipped
+    # half the clock, but the preset's L2 and HBM rates are in GB/s and stay: the tuned kernels that wait
+    # on L2 slow down by less than the Cube
+    assert result.report.latency_us == pytest.approx(on_mine) and on_mine > 1.3 * on_shipped
     assert all(r.tuned_us <= r.default_us for r in result.rows)
     with pypto_lab.profiler.profile() as prof:
         om(torch.randn(512, 256))

@@ -39,6 +39,7 @@ from pypto_lab.hw.chip import get_chip  # noqa: E402
 from pypto_lab.validation.kernel_profile import (  # noqa: E402
     LARGE_GEMM_US,
     PROFILE_CHIP,
+    check_presets,
     compare_gemms,
     gemm_rows,
 )
@@ -90,13 +91,7 @@ def main() -> int:
         print(f"{c.shape.name:34s} {c.shape.measured_us:12.1f} {c.simulated_us:13.1f} {c.error:+7.1%}{note}")
     for preset in AIC_C_220:
         print(f"{preset}: l2_gbps = {l2_gbps(preset, rate):.0f} (preset: {get_chip(preset).l2_gbps:.0f})")
-    if args.check:
-        off = [p for p in AIC_C_220 if abs(preset_rate(p) - rate) > 2 * TOLERANCE + 0.1]
-        if off:
-            print(f"out of sync with the fit: {', '.join(off)}; write the l2_gbps values above into "
-                  "pypto_lab/hw/presets/<chip>.toml", file=sys.stderr)
-            return 1
-    return 0
+    return check_presets(AIC_C_220, preset_rate, rate, 2 * TOLERANCE + 0.1, "l2_gbps values") if args.check else 0
 
 
 if __name__ == "__main__":

@@ -120,7 +120,7 @@ class FitTheTiles:
     k: int = 3072
     n: int = 3072
     dtype: str = "fp16"
-    target: float = 0.80
+    target: float = 0.75
 
     def check(self, answer) -> Verdict:
         """``answer``: a tiling ``([m_l0, m_l1], [k_l0, k_l1], [n_l0, n_l1])`` or a function returning one."""

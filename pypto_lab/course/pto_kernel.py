@@ -46,8 +46,11 @@ class FastAddRelu:
 
     @property
     def target_cycles(self) -> int:
-        """The cycles of moving ``min_bytes`` at ``share`` of the chip's HBM bandwidth."""
-        return math.ceil(self.min_bytes / get_chip(self.chip).hbm_bytes_per_cycle() / self.share)
+        """The cycles of moving ``min_bytes`` at ``share`` of the HBM bandwidth that two reads to one
+        write reach (`pypto_lab.hw.chip.Chip.hbm_stream_efficiency`)."""
+        chip = get_chip(self.chip)
+        rate = chip.hbm_bytes_per_cycle() * chip.hbm_stream_efficiency(2 * self.min_bytes / 3, self.min_bytes / 3)
+        return math.ceil(self.min_bytes / rate / self.share)
 
     def check(self, kernel) -> Verdict:
         """``kernel``: a ``@pypto.jit`` function ``(x, y, out)`` that writes ``relu(x + y)`` into ``out``."""
@@ -99,8 +102,8 @@ class FastAddRelu:
                   f"{min(g['tasks'], g['cores'])} of {g['cores']} cores ({g['per_core']:,} per core), UB "
                   f"{g['ub_slots']} x {kb(g['ub_bytes'])} of {kb(ub)}")
         a.say(f"  correct (max |diff| {float(diff.max()):.3g}); {run.cycles:,.0f} cycles, target {goal:,} or fewer "
-              f"({self.share:.0%} of HBM bandwidth for the {self.min_bytes / 1e6:.1f} MB it must move); "
-              f"now {run.fraction_of_peak:.0%}")
+              f"({self.share:.0%} of the HBM bandwidth a stream of two reads to one write reaches, for the "
+              f"{self.min_bytes / 1e6:.1f} MB it must move); now {run.fraction_of_peak:.0%} of the nominal HBM rate")
         a.say(f"  busy fraction per pipe (each on its busiest core): {busy_line(busy)}")
         if run.cycles <= goal:
             return a.ok(f"correct and {run.cycles:,.0f} <= {goal:,} cycles")

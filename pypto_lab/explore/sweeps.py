@@ -42,6 +42,7 @@ VARIANT_KEYS: dict[str, tuple[tuple[str, ...], int, str]] = {
     "l2_gbps": (("chip", "l2_gbps"), 1, "L2 bandwidth, GB/s"),
     "hbm_gbps": (("chip", "hbm_gbps"), 1, "HBM bandwidth, GB/s"),
     "hbm_gb": (("chip", "hbm_bytes"), 2**30, "HBM capacity, GB"),
+    "hbm_mixed_loss": (("chip", "hbm_mixed_loss"), 1, "share of HBM bandwidth lost to equal reads and writes"),
     "ai_cores": (("chip", "cube_cores"), 1, "AI Cores (AIC), vector cores kept at the preset's AIC:AIV ratio"),
     "cube_cores": (("chip", "cube_cores"), 1, "AI Cores with a Cube (AIC) alone"),
     "vector_cores": (("chip", "vector_cores"), 1, "vector cores (AIV)"),

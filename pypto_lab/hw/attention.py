@@ -478,7 +478,7 @@ def simulate_attention(batch_heads: int, s_q: int, s_k: int, d: int, dtype: str 
     busiest = max(tensor_reads(bs) for bs in per_core)
     heads_in_flight = min(batch_heads, ceil_div(2 * active, n_qb) + 1)
     working_set = heads_in_flight * (min(s_q, 2 * active * block_q) + 2 * s_k) * d * eb
-    rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, first, busiest, active, working_set)
+    rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, first, busiest, active, working_set, hbm_writes=writes)
 
     assign = [tuple(rows[b % n_qb] for b in bs) for bs in per_core]
     tl = place_on_cube_cores(chip, assign, lambda key: _attention_core_program(
@@ -487,7 +487,7 @@ def simulate_attention(batch_heads: int, s_q: int, s_k: int, d: int, dtype: str 
     cube_flops = 4.0 * batch_heads * s_q * s_k * d
     compute_cycles = cube_flops / 2 / (chip.cube.macs_per_cycle(dtype) * chip.cube_cores)
     min_bytes = first + writes
-    mem_cycles = min_bytes / chip.hbm_bytes_per_cycle()
+    mem_cycles = min_bytes / (chip.hbm_bytes_per_cycle() * chip.hbm_stream_efficiency(first, writes))
     cycles = tl.total_cycles
     vec_cores = chip.vector_cores if chip.split_cores else chip.cube_cores
     return KernelReport(

@@ -262,11 +262,12 @@ def simulate_attention_backward(batch_heads: int, s_q: int, s_k: int, d: int, dt
     busiest = max(tensor_reads(bs) for bs in per_core)
     heads_in_flight = min(batch_heads, ceil_div(2 * active, n_qb) + 1)
     working_set = heads_in_flight * (min(s_q, 2 * active * bq) * 3 + 2 * s_k) * d * eb
-    rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, first, busiest, active, working_set)
+    acc = DTYPE_BYTES[chip.cube.accumulator[dtype]]
+    writes = n_blocks * ceil_div(s_k, bk) * (2 * bk + bq) * d * acc   # the gradient tiles, added in GM
+    rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, first, busiest, active, working_set, hbm_writes=writes)
     assign = [tuple(rows[b % n_qb] for b in bs) for bs in per_core]
     tl = place_on_cube_cores(chip, assign, lambda key: _program(chip, key, s_q, s_k, d, dtype, bk, plan, rate_rd,
                                                                   rate_wr, hbm_share))
-    acc = DTYPE_BYTES[chip.cube.accumulator[dtype]]
     grads = batch_heads * (s_q + 2 * s_k) * d
     # the fp32 gradient workspaces: zeroed before, cast to the input dtype and scaled after
     pre = simulate_vector("mul", grads, dtype="fp32", chip=chip, name="FlashAttentionScoreGrad pre: zero dQ/dK/dV")
@@ -275,9 +276,8 @@ def simulate_attention_backward(batch_heads: int, s_q: int, s_k: int, d: int, dt
     cycles = tl.total_cycles + pre.cycles + post.cycles
     cube_flops = 2.0 * GRAD_GEMMS * batch_heads * s_q * s_k * d
     compute_cycles = cube_flops / 2 / (chip.cube.macs_per_cycle(dtype) * chip.cube_cores)
-    writes = n_blocks * ceil_div(s_k, bk) * (2 * bk + bq) * d * acc   # the gradient tiles, added in GM
     min_bytes = first + grads * (acc + eb)
-    mem_cycles = min_bytes / chip.hbm_bytes_per_cycle()
+    mem_cycles = min_bytes / (chip.hbm_bytes_per_cycle() * chip.hbm_stream_efficiency(first, grads * (acc + eb)))
     vec_cores = chip.vector_cores if chip.split_cores else chip.cube_cores
     label = name or f"attention backward {batch_heads}x{s_q}x{s_k}x{d}"
     return KernelReport(

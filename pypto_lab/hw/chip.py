@@ -163,6 +163,9 @@ class Chip:
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     path: str = field(default="", compare=False, repr=False)
     host_link_gbps: float = 0.0  # host<->device link, GB/s per direction (0: not given)
+    # the share of HBM bandwidth lost when a kernel's DRAM traffic mixes reads and writes in equal
+    # amounts (the bus turning between them); scaled by how mixed the traffic is (`hbm_stream_efficiency`)
+    hbm_mixed_loss: float = 0.0
     # the [energy] table (`pypto_lab.hw.energy`); None for a preset without one. It changes no
     # timing, so it is not part of the fingerprint that keys timing caches.
     energy: EnergyTable | None = field(default=None, compare=False, repr=False)
@@ -194,6 +197,14 @@ class Chip:
 
     def hbm_bytes_per_cycle(self) -> float:
         return self.hbm_gbps * 1e9 / self.clock_hz
+
+    def hbm_stream_efficiency(self, reads: float, writes: float) -> float:
+        """The share of ``hbm_gbps`` a kernel's DRAM traffic reaches when it reads ``reads`` and
+        writes ``writes`` bytes: ``1 - hbm_mixed_loss * mix``, where ``mix = 2 min(r, w) / (r + w)``
+        is 0 for a stream that only reads or only writes and 1 for equal reads and writes."""
+        if self.hbm_mixed_loss <= 0 or reads <= 0 or writes <= 0:
+            return 1.0
+        return 1.0 - self.hbm_mixed_loss * 2 * min(reads, writes) / (reads + writes)
 
     def l2_bytes_per_cycle(self) -> float:
         return self.l2_gbps * 1e9 / self.clock_hz
@@ -233,7 +244,7 @@ class Chip:
 _CHIP_KEYS = {
     "name": str, "core_version": str, "cube_cores": int, "vector_cores": int,
     "split_cores": bool, "clock_mhz": float, "hbm_gbps": float, "hbm_bytes": int,
-    "l2_bytes": int, "l2_gbps": float, "host_link_gbps": float,
+    "l2_bytes": int, "l2_gbps": float, "host_link_gbps": float, "hbm_mixed_loss": float,
 }
 _BUFFER_KEYS = {"size_bytes": int, "align_bytes": int}
 _PATH_KEYS = {"src": str, "dst": str, "pipe": str, "bytes_per_cycle": float, "startup_cycles": float,
@@ -276,13 +287,17 @@ def chip_from_document(doc: dict[str, Any], label: str, path: str = "") -> Chip:
         if sec not in doc:
             raise r.fail(sec, None, "missing section")
 
-    c = r.section("chip", doc["chip"], _CHIP_KEYS, optional={"host_link_gbps"})
+    c = r.section("chip", doc["chip"], _CHIP_KEYS, optional={"host_link_gbps", "hbm_mixed_loss"})
     if c["core_version"] not in CORE_VERSIONS:
         raise r.fail("chip.core_version", c["core_version"], f"must be one of {', '.join(CORE_VERSIONS)}")
     for key in ("cube_cores", "clock_mhz", "hbm_gbps", "hbm_bytes", "l2_bytes", "l2_gbps"):
         r.positive(f"chip.{key}", c[key])
     r.positive("chip.vector_cores", c["vector_cores"], allow_zero=True)
     r.positive("chip.host_link_gbps", c.get("host_link_gbps", 0.0), allow_zero=True)
+    r.positive("chip.hbm_mixed_loss", c.get("hbm_mixed_loss", 0.0), allow_zero=True)
+    if c.get("hbm_mixed_loss", 0.0) >= 1:
+        raise r.fail("chip.hbm_mixed_loss", c["hbm_mixed_loss"],
+                     "impossible value: a share of the HBM bandwidth, below 1 (0: reads and writes mix at no cost)")
 
     buffers = {}
     for name, table in doc["buffers"].items():

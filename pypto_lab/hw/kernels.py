@@ -73,7 +73,7 @@ class KernelReport:
     cores_used: int
     pipe_busy: dict[str, float]     # busy cycles per pipe on the busiest core
     buffer_peak: dict[str, int]     # bytes in use per buffer, per core
-    roofline_cycles: float          # max(compute at peak, min bytes at HBM bandwidth)
+    roofline_cycles: float          # max(compute at peak, min bytes at the HBM bandwidth their read/write mix reaches)
     bound: str                      # "compute" or "memory", by the roofline
     cube_utilization: float
     vector_utilization: float
@@ -269,8 +269,9 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
     working_set = (wave_rows * tile.m_l1 + wave_cols * tile.n_l1) * k * eb
     busiest_rd = float(np.bincount(np.arange(n_blocks) % chip.cube_cores, weights=rd, minlength=active).max())
     kept_rd = min(kept_rd, unique - writes)
-    rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, unique - writes, busiest_rd, active, working_set, kept_rd)
     kept_wr = min(float(l2_writes), writes)
+    rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, unique - writes, busiest_rd, active, working_set, kept_rd,
+                                           writes - kept_wr)
     hbm_share = write_back_share(hbm_share, writes, kept_wr)
 
     # one program per distinct list of (rows, cols) blocks: it is all a core's program depends on
@@ -294,7 +295,8 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
     macs_cycle = chip.cube.macs_per_cycle(dtype)
     compute_cycles = run_macs / (macs_cycle * chip.cube_cores)   # the Cube's busy time, useful or not
     useful_cycles = flops / 2 / (macs_cycle * chip.cube_cores)
-    mem_cycles = (unique - kept_rd - kept_wr) / chip.hbm_bytes_per_cycle()
+    mem_cycles = (unique - kept_rd - kept_wr) / (
+        chip.hbm_bytes_per_cycle() * chip.hbm_stream_efficiency(unique - writes - kept_rd, writes - kept_wr))
     roof = max(compute_cycles, mem_cycles)
     cycles = tl.total_cycles
     busy_core = int(np.argmax(tl.busy[:, 4]))  # the core whose Cube is busiest
@@ -540,9 +542,9 @@ def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: s
     reads = numel * eb * spec.inputs
     busiest_rd = max(sum(tiles[t] for t in core_tiles) for core_tiles in per_core) * eb * spec.inputs
     kept_rd = min(float(l2_reads), reads)
-    rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, reads, busiest_rd, active, None, kept_rd)
     writes = numel * eb
     kept_wr = min(float(l2_writes), writes)
+    rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, reads, busiest_rd, active, None, kept_rd, writes - kept_wr)
     hbm_share = write_back_share(hbm_share, writes, kept_wr)
     p_in = chip.data_path("GM_TO_UB")
     p_out = chip.data_path("UB_TO_GM")
@@ -597,7 +599,8 @@ def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: s
         t = chip.vector.timing(instr, dtypes_key(instr, cdt))
         vec_cycles_min += passes * t.cycles_per_repeat * numel * ceb / chip.vector.repeat_bytes
     compute_cycles = vec_cycles_min / cores
-    mem_cycles = (gm_bytes - kept_rd - kept_wr) / chip.hbm_bytes_per_cycle()
+    mem_cycles = (gm_bytes - kept_rd - kept_wr) / (
+        chip.hbm_bytes_per_cycle() * chip.hbm_stream_efficiency(reads - kept_rd, writes - kept_wr))
     busy_core = int(np.argmax(tl.busy[:, 5]))
     return KernelReport(
         name=name or f"{op_name} {numel} {dtype}" + (f" (computed in {cdt})" if cdt != dtype else ""),

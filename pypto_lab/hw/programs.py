@@ -53,7 +53,8 @@ _CUBE = PIPE_INDEX["CUBE"]
 # ---- the memory system as one core sees it ----------------------------------------------------
 
 def gm_rates(chip: Chip, reads: float, first_reads: float, busiest_reads: float, active: int,
-             working_set: float | None = None, l2_first: float = 0.0) -> tuple[float, float, float]:
+             working_set: float | None = None, l2_first: float = 0.0,
+             hbm_writes: float = 0.0) -> tuple[float, float, float]:
     """How ``active`` cores share the chip's memory system: (read rate, write rate, HBM share),
     bytes per cycle of one core.
 
@@ -68,12 +69,14 @@ def gm_rates(chip: Chip, reads: float, first_reads: float, busiest_reads: float,
     * Written bytes still reach HBM: each write is followed by a write-back that holds the core's
       MTE2 lane (its read port) for ``bytes / HBM share`` (`flush_writebacks`). So reads and
       write-backs take turns on HBM, and no kernel moves its bytes faster than HBM and L2 allow.
+    * HBM itself runs slower when the kernel's DRAM traffic mixes reads with the ``hbm_writes``
+      bytes that reach it (`Chip.hbm_stream_efficiency`).
     """
-    hbm = chip.hbm_bytes_per_cycle()
     ws = first_reads if working_set is None else working_set
     hit = min(1.0, chip.l2_bytes / max(ws, 1.0))
     rereads = max(0.0, reads - first_reads)
     kept = min(max(l2_first, 0.0), first_reads)
+    hbm = chip.hbm_bytes_per_cycle() * chip.hbm_stream_efficiency(first_reads - kept, hbm_writes)
     read_cycles = ((first_reads - kept) / hbm + kept / chip.l2_bytes_per_cycle()
                    + rereads * (hit / chip.l2_bytes_per_cycle() + (1 - hit) / hbm))
     return busiest_reads / max(read_cycles, 1e-9), chip.l2_bytes_per_cycle() / active, hbm / active

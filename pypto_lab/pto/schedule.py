@@ -184,7 +184,9 @@ def _emit_vector(em: Emitter, g, graph, assign, chip: Chip, barrier: dict) -> No
     reads = sum(per_core_reads.values())
     unique = sum(math.prod(nodes[t].shape) * nodes[t].dtype.bytes for t in g.loads)
     active = max(1, len(assign))
-    rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, min(unique, reads), max(per_core_reads.values() or [0]), active)
+    written = sum(math.prod(nodes[t].shape) * nodes[t].dtype.bytes for t, _root, _off in g.stores)
+    rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, min(unique, reads), max(per_core_reads.values() or [0]), active,
+                                           hbm_writes=written)
 
     for core, tasks in assign.items():
         ub = em.ub_slots(core, g.slots)
@@ -334,7 +336,9 @@ def _emit_cube(em: Emitter, g, assign, chip: Chip, barrier: dict) -> None:
     per_core = {c: sum(block_reads(t) for t in ts) for c, ts in assign.items()}
     reads = sum(per_core.values())
     unique = g.batch * (m * k + k * n) * eb
-    rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, min(unique, reads), max(per_core.values()), max(1, len(assign)))
+    written = g.batch * m * n * DTYPE_BYTES[g.out_dtype]
+    rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, min(unique, reads), max(per_core.values()), max(1, len(assign)),
+                                           hbm_writes=written)
     ops = []
     bias_on_vector = False
     if not chip.split_cores:

@@ -114,5 +114,18 @@ def stream_rows() -> list[dict]:
     return out
 
 
-__all__ = ["LARGE_GEMM_US", "PROFILE", "PROFILE_CHIP", "GemmComparison", "GemmShape", "compare_gemms",
+def check_presets(presets, preset_value, fitted: float, tolerance: float, what: str) -> int:
+    """The exit code of a fitting script's ``--check``: 1, with the presets named on stderr, if a
+    preset's value (``preset_value(name)``) is further than ``tolerance`` from the ``fitted`` one."""
+    import sys
+
+    off = [p for p in presets if abs(preset_value(p) - fitted) > tolerance]
+    if off:
+        print(f"out of sync with the fit: {', '.join(off)}; write the {what} printed above into "
+              "pypto_lab/hw/presets/<chip>.toml", file=sys.stderr)
+        return 1
+    return 0
+
+
+__all__ = ["LARGE_GEMM_US", "PROFILE", "PROFILE_CHIP", "GemmComparison", "GemmShape", "check_presets", "compare_gemms",
            "gemm_rows", "stream_rows"]

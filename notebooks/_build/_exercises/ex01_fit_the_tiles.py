@@ -19,7 +19,9 @@ EXERCISE = Exercise(
 1. the tiling is legal;
 2. **L0A and L0B hold two tiles each** (ping-pong), so MTE1 loads the next operands while the Cube
    multiplies — with double buffering on;
-3. the Cube is at least **80 % utilised** (simulated cycles against the Cube's peak).
+3. the Cube is at least **75 % utilised** (simulated cycles against the Cube's peak). The 910B1's
+   large GEMMs keep their Cube busy 86–89 % of the time in a public profile; at 3072³ the L2 feeding
+   MTE2 holds the best tilings near 80 %.
 
 *Useful numbers* (printed by the next cell from the chip preset): the capacity of each buffer. An fp16
 operand tile of `r × c` takes `r × c × 2` bytes, an fp32 accumulator tile `m_l0 × n_l0 × 4`, one K panel
@@ -31,7 +33,7 @@ import pypto_lab
 from pypto_lab.course import FitTheTiles
 from pypto_lab.viz.views import plot_tiling
 
-EX = FitTheTiles(chip="Ascend910B1", m=3072, k=3072, n=3072, dtype="fp16", target=0.80)
+EX = FitTheTiles(chip="Ascend910B1", m=3072, k=3072, n=3072, dtype="fp16", target=0.75)
 CHIP = pypto_lab.get_chip(EX.chip)
 print(f"{CHIP.name}: {CHIP.cube_cores} cube cores; "
       + ", ".join(f"{b} {CHIP.buffer(b).size_bytes // 1024} KB" for b in ("L1", "L0A", "L0B", "L0C")))

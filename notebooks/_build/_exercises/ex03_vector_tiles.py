@@ -19,7 +19,8 @@ such that
 
 1. the tile is legal: `cols × 2` bytes a multiple of 32, and GELU's live tiles fit UB;
 2. the kernel reaches at least **90 % of its roofline**: the time the HBM traffic or the vector work
-   needs at peak, against the simulated time.
+   needs at peak, against the simulated time. The HBM peak is the one this kernel's mix of reads and
+   writes can reach.
 """,
     setup="""
 %matplotlib inline

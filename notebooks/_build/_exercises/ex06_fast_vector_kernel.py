@@ -16,7 +16,8 @@ EXERCISE = Exercise(
     goal="""
 **Goal.** `out = relu(x + y)` over 4096 × 1024 fp16 tensors on the **Ascend 910B1**. The kernel in the
 edit cell is correct but slow: its vec tile is tiny. Make it **correct and at most `EX.target_cycles`
-cycles** (printed below: the time to move x, y and out once at 85 % of HBM bandwidth).
+cycles** (printed below: the time to move x, y and out once at 85 % of the HBM bandwidth that a
+stream of two reads to one write reaches; DRAM loses time turning between reads and writes).
 
 You may change anything in the kernel — the tile shape, the ops, loops — as long as it is a
 `@pypto.jit` kernel taking `(x, y, out)` and writing `out`.

@@ -42,6 +42,8 @@ and its size per core is ``buffer_peak["GM workspace"]``, but it is not part of 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from .chip import DEFAULT_CHIP, DTYPE_BYTES, Chip, get_chip
@@ -435,6 +437,45 @@ def _attention_core_program(chip: Chip, blocks: tuple[int, ...], s_k: int, d: in
 
 # ---- the public entry point ------------------------------------------------------------------------
 
+class QueryBlocks(NamedTuple):
+    """A FlashAttention kernel's query blocks dealt to the cube cores, and the memory rates they
+    run at (`query_blocks`)."""
+
+    assign: list[tuple[int, ...]]   # per core: the rows of each of its query blocks
+    active: int                     # cores with blocks
+    reads: float                    # GM bytes all blocks read
+    first: float                    # of which first touches (each tensor once)
+    rate_rd: float
+    rate_wr: float
+    hbm_share: float
+
+
+def query_blocks(chip: Chip, batch_heads: int, s_q: int, s_k: int, d: int, dtype: str, block_q: int,
+                 q_tensors: int, writes: float) -> QueryBlocks:
+    """The query blocks of ``block_q`` rows of every head, dealt round-robin to the cube cores.
+    Each block reads its rows of ``q_tensors`` query-shaped tensors once (Q; the backward also dO
+    and O) and all of K and V; ``writes`` bytes reach GM. The rates come from `gm_rates`, with the
+    heads of two waves of blocks as the working set that L2 may keep."""
+    eb = DTYPE_BYTES[dtype]
+    n_qb = ceil_div(s_q, block_q)
+    rows = [min(block_q, s_q - i * block_q) for i in range(n_qb)]
+    n_blocks = batch_heads * n_qb
+    per_core = split_blocks(n_blocks, chip.cube_cores)
+    active = len(per_core)
+
+    def tensor_reads(bs) -> float:
+        return sum((q_tensors * rows[b % n_qb] + 2 * s_k) * d * eb for b in bs)
+
+    reads = tensor_reads(range(n_blocks))
+    first = batch_heads * (q_tensors * s_q + 2 * s_k) * d * eb
+    busiest = max(tensor_reads(bs) for bs in per_core)
+    heads_in_flight = min(batch_heads, ceil_div(2 * active, n_qb) + 1)
+    working_set = heads_in_flight * (min(s_q, 2 * active * block_q) * q_tensors + 2 * s_k) * d * eb
+    rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, first, busiest, active, working_set, hbm_writes=writes)
+    assign = [tuple(rows[b % n_qb] for b in bs) for bs in per_core]
+    return QueryBlocks(assign, active, reads, first, rate_rd, rate_wr, hbm_share)
+
+
 def simulate_attention(batch_heads: int, s_q: int, s_k: int, d: int, dtype: str = "fp16",
                        chip: str | Chip = DEFAULT_CHIP, fused: bool = True, block_q: int | None = None,
                        block_k: int | None = None, double_buffer: bool = True,
@@ -462,32 +503,16 @@ def simulate_attention(batch_heads: int, s_q: int, s_k: int, d: int, dtype: str 
         block_q = dq if block_q is None else block_q
         block_k = dk if block_k is None else block_k
     plan = plan_attention(chip, d, block_q, block_k, dtype, double_buffer)
-    eb = DTYPE_BYTES[dtype]
-    n_qb = ceil_div(s_q, block_q)
-    rows = [min(block_q, s_q - i * block_q) for i in range(n_qb)]
-    n_blocks = batch_heads * n_qb
-    per_core = split_blocks(n_blocks, chip.cube_cores)
-    active = len(per_core)
-
-    def tensor_reads(bs) -> float:
-        return sum((rows[b % n_qb] + 2 * s_k) * d * eb for b in bs)
-
-    reads = tensor_reads(range(n_blocks))
-    first = batch_heads * (s_q + 2 * s_k) * d * eb
-    writes = batch_heads * s_q * d * eb
-    busiest = max(tensor_reads(bs) for bs in per_core)
-    heads_in_flight = min(batch_heads, ceil_div(2 * active, n_qb) + 1)
-    working_set = heads_in_flight * (min(s_q, 2 * active * block_q) + 2 * s_k) * d * eb
-    rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, first, busiest, active, working_set, hbm_writes=writes)
-
-    assign = [tuple(rows[b % n_qb] for b in bs) for bs in per_core]
-    tl = place_on_cube_cores(chip, assign, lambda key: _attention_core_program(
-        chip, key, s_k, d, dtype, plan, rate_rd, rate_wr, hbm_share))
+    writes = batch_heads * s_q * d * DTYPE_BYTES[dtype]
+    qb = query_blocks(chip, batch_heads, s_q, s_k, d, dtype, block_q, 1, writes)
+    tl = place_on_cube_cores(chip, qb.assign, lambda key: _attention_core_program(
+        chip, key, s_k, d, dtype, plan, qb.rate_rd, qb.rate_wr, qb.hbm_share))
+    reads, first, active = qb.reads, qb.first, qb.active
 
     cube_flops = 4.0 * batch_heads * s_q * s_k * d
     compute_cycles = cube_flops / 2 / (chip.cube.macs_per_cycle(dtype) * chip.cube_cores)
     min_bytes = first + writes
-    mem_cycles = min_bytes / (chip.hbm_bytes_per_cycle() * chip.hbm_stream_efficiency(first, writes))
+    mem_cycles = chip.hbm_cycles(first, writes)
     cycles = tl.total_cycles
     vec_cores = chip.vector_cores if chip.split_cores else chip.cube_cores
     return KernelReport(

@@ -35,17 +35,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .attention import _flat, _k_chunk, _n_aiv, _row_op
+from .attention import _flat, _k_chunk, _n_aiv, _row_op, query_blocks
 from .chip import DEFAULT_CHIP, DTYPE_BYTES, Chip, get_chip
 from .kernels import KernelReport, simulate_vector
 from .programs import (
     emit_vector_ops,
     flush_writebacks,
-    gm_rates,
     mmad_loop,
     move,
     place_on_cube_cores,
-    split_blocks,
 )
 from .simulator import PingPong, Program
 from .tiling import TilingError, ceil_align, ceil_div, cube_fractal
@@ -248,26 +246,14 @@ def simulate_attention_backward(batch_heads: int, s_q: int, s_k: int, d: int, dt
                 raise
             bq, bk = max(16, bq // 2), max(16, bk // 2)
     eb = DTYPE_BYTES[dtype]
-    n_qb = ceil_div(s_q, bq)
-    rows = [min(bq, s_q - i * bq) for i in range(n_qb)]
-    n_blocks = batch_heads * n_qb
-    per_core = split_blocks(n_blocks, chip.cube_cores)
-    active = len(per_core)
-
-    def tensor_reads(bs) -> float:   # Q, dO, O once per block; K and V per block
-        return sum((3 * rows[b % n_qb] + 2 * s_k) * d * eb for b in bs)
-
-    reads = tensor_reads(range(n_blocks))
-    first = batch_heads * (3 * s_q + 2 * s_k) * d * eb
-    busiest = max(tensor_reads(bs) for bs in per_core)
-    heads_in_flight = min(batch_heads, ceil_div(2 * active, n_qb) + 1)
-    working_set = heads_in_flight * (min(s_q, 2 * active * bq) * 3 + 2 * s_k) * d * eb
     acc = DTYPE_BYTES[chip.cube.accumulator[dtype]]
+    n_blocks = batch_heads * ceil_div(s_q, bq)
     writes = n_blocks * ceil_div(s_k, bk) * (2 * bk + bq) * d * acc   # the gradient tiles, added in GM
-    rate_rd, rate_wr, hbm_share = gm_rates(chip, reads, first, busiest, active, working_set, hbm_writes=writes)
-    assign = [tuple(rows[b % n_qb] for b in bs) for bs in per_core]
-    tl = place_on_cube_cores(chip, assign, lambda key: _program(chip, key, s_q, s_k, d, dtype, bk, plan, rate_rd,
-                                                                  rate_wr, hbm_share))
+    # each block reads its rows of Q, dO and O once, and K and V whole
+    qb = query_blocks(chip, batch_heads, s_q, s_k, d, dtype, bq, 3, writes)
+    tl = place_on_cube_cores(chip, qb.assign, lambda key: _program(chip, key, s_q, s_k, d, dtype, bk, plan, qb.rate_rd,
+                                                                     qb.rate_wr, qb.hbm_share))
+    reads, first, active = qb.reads, qb.first, qb.active
     grads = batch_heads * (s_q + 2 * s_k) * d
     # the fp32 gradient workspaces: zeroed before, cast to the input dtype and scaled after
     pre = simulate_vector("mul", grads, dtype="fp32", chip=chip, name="FlashAttentionScoreGrad pre: zero dQ/dK/dV")
@@ -277,7 +263,7 @@ def simulate_attention_backward(batch_heads: int, s_q: int, s_k: int, d: int, dt
     cube_flops = 2.0 * GRAD_GEMMS * batch_heads * s_q * s_k * d
     compute_cycles = cube_flops / 2 / (chip.cube.macs_per_cycle(dtype) * chip.cube_cores)
     min_bytes = first + grads * (acc + eb)
-    mem_cycles = min_bytes / (chip.hbm_bytes_per_cycle() * chip.hbm_stream_efficiency(first, grads * (acc + eb)))
+    mem_cycles = chip.hbm_cycles(first, grads * (acc + eb))
     vec_cores = chip.vector_cores if chip.split_cores else chip.cube_cores
     label = name or f"attention backward {batch_heads}x{s_q}x{s_k}x{d}"
     return KernelReport(

@@ -206,6 +206,11 @@ class Chip:
             return 1.0
         return 1.0 - self.hbm_mixed_loss * 2 * min(reads, writes) / (reads + writes)
 
+    def hbm_cycles(self, reads: float, writes: float) -> float:
+        """Cycles for ``reads`` and ``writes`` bytes to cross HBM at the rate their mix reaches (a
+        kernel's memory roof)."""
+        return (reads + writes) / (self.hbm_bytes_per_cycle() * self.hbm_stream_efficiency(reads, writes))
+
     def l2_bytes_per_cycle(self) -> float:
         return self.l2_gbps * 1e9 / self.clock_hz
 

@@ -295,8 +295,7 @@ def simulate_matmul(m: int, k: int, n: int, dtype: str = "fp16", chip: str | Chi
     macs_cycle = chip.cube.macs_per_cycle(dtype)
     compute_cycles = run_macs / (macs_cycle * chip.cube_cores)   # the Cube's busy time, useful or not
     useful_cycles = flops / 2 / (macs_cycle * chip.cube_cores)
-    mem_cycles = (unique - kept_rd - kept_wr) / (
-        chip.hbm_bytes_per_cycle() * chip.hbm_stream_efficiency(unique - writes - kept_rd, writes - kept_wr))
+    mem_cycles = chip.hbm_cycles(unique - writes - kept_rd, writes - kept_wr)
     roof = max(compute_cycles, mem_cycles)
     cycles = tl.total_cycles
     busy_core = int(np.argmax(tl.busy[:, 4]))  # the core whose Cube is busiest
@@ -599,8 +598,7 @@ def simulate_vector(op: str | VectorOp, numel: int, dtype: str = "fp16", chip: s
         t = chip.vector.timing(instr, dtypes_key(instr, cdt))
         vec_cycles_min += passes * t.cycles_per_repeat * numel * ceb / chip.vector.repeat_bytes
     compute_cycles = vec_cycles_min / cores
-    mem_cycles = (gm_bytes - kept_rd - kept_wr) / (
-        chip.hbm_bytes_per_cycle() * chip.hbm_stream_efficiency(reads - kept_rd, writes - kept_wr))
+    mem_cycles = chip.hbm_cycles(reads - kept_rd, writes - kept_wr)
     busy_core = int(np.argmax(tl.busy[:, 5]))
     return KernelReport(
         name=name or f"{op_name} {numel} {dtype}" + (f" (computed in {cdt})" if cdt != dtype else ""),

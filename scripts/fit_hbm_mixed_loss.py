@@ -58,9 +58,9 @@ def fit_kernels() -> list[tuple[str, int, str, float]]:
         scalar = len(parts) == 2 and parts[1].strip() in ("", "1")
         if r["type"] not in ("RealDiv", "Mul") or not scalar or r["read_bytes"] <= 0:
             continue
-        elems = int(parts[0].split(",")[0]) if "," not in parts[0] else None
-        if elems is None or r["gb_per_s"] > hbm:   # a multi-dim operand, or its input partly still in L2
+        if "," in parts[0] or r["gb_per_s"] > hbm:   # a multi-dim operand, or its input partly still in L2
             continue
+        elems = int(parts[0])
         eb = round(r["written_bytes"] / elems)
         runs.setdefault((r["type"], elems, _DTYPE[eb]), []).append(r["duration_us"])
     return [(f"{t} {n:,} {dt}", n, dt, statistics.median(v)) for (t, n, dt), v in sorted(runs.items())]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import statistics
+import sys
 from dataclasses import dataclass
 from functools import reduce
 from operator import mul
@@ -117,8 +118,6 @@ def stream_rows() -> list[dict]:
 def check_presets(presets, preset_value, fitted: float, tolerance: float, what: str) -> int:
     """The exit code of a fitting script's ``--check``: 1, with the presets named on stderr, if a
     preset's value (``preset_value(name)``) is further than ``tolerance`` from the ``fitted`` one."""
-    import sys
-
     off = [p for p in presets if abs(preset_value(p) - fitted) > tolerance]
     if off:
         print(f"out of sync with the fit: {', '.join(off)}; write the {what} printed above into "

@@ -75,14 +75,19 @@ def emit_group(em, g, assign, chip, barrier: dict) -> None:
     """Emit every core's tasks of a special group: its steps chained, two UB slots per core (a
     task's first transfer waits for the task two before it to finish)."""
     p_in, p_out = chip.data_path("GM_TO_UB"), chip.data_path("UB_TO_GM")
-    def gm_read(s):
-        if s[0] == "load":
+    def gm_bytes(s, direction: str):   # "load" (GM -> ...) or "store" (... -> GM)
+        if s[0] == direction:
             return s[1] * s[2]
-        return s[2] * s[3] if s[0] == "path" and s[1].startswith("GM_TO") else 0
+        if s[0] != "path":
+            return 0
+        on_path = s[1].startswith("GM_TO") if direction == "load" else s[1].endswith("TO_GM")
+        return s[2] * s[3] if on_path else 0
 
-    reads = {c: sum(gm_read(s) for t in ts for s in g.steps[t[0]]) for c, ts in assign.items()}
+    reads = {c: sum(gm_bytes(s, "load") for t in ts for s in g.steps[t[0]]) for c, ts in assign.items()}
     total = sum(reads.values())
-    rate_rd, rate_wr, hbm_share = gm_rates(chip, total, total, max(reads.values() or [0]), max(1, len(assign)))
+    written = sum(gm_bytes(s, "store") for ts in assign.values() for t in ts for s in g.steps[t[0]])
+    rate_rd, rate_wr, hbm_share = gm_rates(chip, total, total, max(reads.values() or [0]), max(1, len(assign)),
+                                           hbm_writes=written)
     for core, tasks in assign.items():
         ends: list[int] = []
         for (t,) in tasks:
